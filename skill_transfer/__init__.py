@@ -1,0 +1,1 @@
+"""Skill transfer between DSLs and the paired comparison (DESIGN §6)."""
