@@ -3,7 +3,8 @@
 The grader runs every reference twice: once on the inputs as drawn (the *reference* result) and once
 with every floating input promoted to float64 (the *anchor*). A reference is written once and must
 honour both runs, so it never hard-codes ``float32`` accumulation or a final ``bfloat16`` cast; it asks
-these helpers instead (``acc`` for working precision, ``to_output`` for the final rounding). Outside the anchor run they return the problem's own precisions.
+these helpers instead (``acc`` for working precision, ``to_output`` for the final rounding).
+Outside the anchor run they return the problem's own precisions.
 """
 
 from __future__ import annotations
