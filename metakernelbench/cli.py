@@ -8,6 +8,11 @@ import typer
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
+
+@app.callback()
+def _root() -> None:
+    """MetaKernelBench: grade kernels, build tasks, compare skill transfer."""
+
 # Each module defines ``register(app)``; a part that is not installed simply adds no commands.
 _PARTS = (
     "metakernelbench.verifier.cli",
