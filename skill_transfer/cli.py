@@ -1,0 +1,158 @@
+"""``mkb`` commands of the skill-transfer part: arms, collect, compare, report, skill-check."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .arms import ArmsError, ArmsOptions, plan_arms
+from .collect import collect, read_attempts
+from .compare import compare, render_tables
+from .hygiene import check_skill
+from .models import DIRECTIONS, DSLS
+from .report import write_report
+
+
+def _parse_kwargs(pairs: list[str]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"expected key=value, got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def arms(
+    model: Annotated[str, typer.Option(help="Model as the agent names it, e.g. provider/name.")],
+    tasks_dir: Annotated[Path, typer.Option(help="Folder of generated task folders.")] = Path("tasks"),
+    jobs_dir: Annotated[Path, typer.Option(help="Harbor jobs folder (harbor run -o).")] = Path("jobs"),
+    out: Annotated[Path | None, typer.Option(help="Where configs go [runs/<model>].")] = None,
+    agent: Annotated[str | None, typer.Option(help="Harbor agent name or module:Class [terminus-2].")] = None,
+    ak: Annotated[list[str] | None, typer.Option("--ak", help="Agent kwarg key=value (JSON values).")] = None,
+    env: Annotated[str | None, typer.Option(help="Harbor environment type or module:Class [docker].")] = None,
+    n_concurrent: Annotated[int | None, typer.Option(help="Concurrent trials per job.")] = None,
+    problems: Annotated[str | None, typer.Option(help="Comma-separated problem ids or names.")] = None,
+    base_config: Annotated[Path | None, typer.Option(help="A JobConfig YAML/JSON to start from.")] = None,
+) -> None:
+    """Write Harbor job configs for a model's four arms; rerun as solo trials finish."""
+    opts = ArmsOptions(
+        model=model,
+        tasks_dir=tasks_dir,
+        jobs_dir=jobs_dir,
+        out=out,
+        agent=agent,
+        agent_kwargs=_parse_kwargs(ak or []),
+        env=env,
+        n_concurrent=n_concurrent,
+        problems=[p.strip() for p in problems.split(",") if p.strip()] if problems else None,
+        base_config=base_config,
+    )
+    try:
+        manifest = plan_arms(opts)
+    except ArmsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    states = ("planned", "done", "ready", "skipped", "waiting")
+    typer.echo(f"Arms of {model} (manifest: {opts.out_dir / 'arms.json'})")
+    for arm in (*(f"solo_{d}" for d in DSLS), *DIRECTIONS):
+        counts = ", ".join(f"{s} {manifest.count(arm, s)}" for s in states if manifest.count(arm, s))
+        typer.echo(f"  {arm:14s} {counts}")
+    typer.echo("Run the solo arms (resumable):")
+    for path in manifest.solo_configs.values():
+        typer.echo(f"  harbor run -c {path}")
+    ready = [e.config for e in manifest.entries if e.state == "ready"]
+    if ready:
+        commands = opts.out_dir / "transfer_commands.txt"
+        commands.write_text("".join(f"harbor run -c {c}\n" for c in ready))
+        typer.echo(f"Run the {len(ready)} ready transfer attempts: one `harbor run -c FILE` each, "
+                   f"listed in {commands} (e.g. xargs -P 4 -L 1 < {commands})")
+    waiting = sum(e.state == "waiting" for e in manifest.entries)
+    if waiting:
+        typer.echo(f"{waiting} transfer attempts wait for their source solo attempt; rerun "
+                   "`mkb arms` with the same options once more solo trials have finished.")
+
+
+def collect_cmd(
+    job_dirs: Annotated[list[Path], typer.Argument(help="Harbor job folders (or folders of them).")],
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here, not stdout.")] = None,
+) -> None:
+    """Turn Harbor job folders into attempts.jsonl (one JSON line per attempt)."""
+    missing = [str(p) for p in job_dirs if not p.exists()]
+    if missing:
+        typer.echo(f"error: no such folder: {', '.join(missing)}", err=True)
+        raise typer.Exit(2)
+    rows, stats = collect(job_dirs)
+    text = "".join(row.model_dump_json() + "\n" for row in rows)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text)
+    typer.echo(f"{len(rows)} attempts: {stats.summary()}", err=True)
+
+
+def compare_cmd(
+    attempts: Annotated[Path, typer.Argument(help="attempts.jsonl from mkb collect.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    n_boot: Annotated[int, typer.Option(help="Bootstrap resamples per cell.")] = 2000,
+) -> None:
+    """Paired comparison of transfer against solo attempts (DESIGN §6)."""
+    result = compare(read_attempts(attempts), seed=seed, n_boot=n_boot)
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+    else:
+        typer.echo(render_tables(result))
+
+
+def report_cmd(
+    attempts: Annotated[Path, typer.Argument(help="attempts.jsonl from mkb collect.")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Output folder.")],
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    n_boot: Annotated[int, typer.Option(help="Bootstrap resamples per cell.")] = 2000,
+    note: Annotated[str | None, typer.Option(help="A banner shown at the top (e.g. 'synthetic data').")] = None,
+) -> None:
+    """Write the tables (Markdown, CSV) and an HTML page with plots."""
+    write_report(read_attempts(attempts), out, seed=seed, n_boot=n_boot, note=note)
+    typer.echo(f"wrote {out / 'index.html'}, {out / 'report.md'} and CSV tables")
+
+
+def skill_check(
+    paths: Annotated[list[Path], typer.Argument(help="SKILL.md files, or folders searched for them.")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON line per skill.")] = False,
+) -> None:
+    """Report code, commands and API calls in skills; exits 1 when any skill has a violation."""
+    files: list[Path] = []
+    for path in paths:
+        files += sorted(path.rglob("SKILL.md")) if path.is_dir() else [path]
+    dirty = 0
+    for file in files:
+        report = check_skill(file.read_bytes().decode("utf-8", errors="replace"))
+        dirty += not report.clean
+        if as_json:
+            typer.echo(json.dumps({"skill": str(file), "chars": report.chars, "counts": report.counts,
+                                   "violations": [v.model_dump() for v in report.violations]}))
+            continue
+        typer.echo(f"{file}: {'clean' if report.clean else f'{len(report.violations)} violation(s)'}")
+        for v in report.violations:
+            typer.echo(f"  line {v.line}: {v.kind}: {v.excerpt}")
+    if not as_json:
+        typer.echo(f"{dirty} of {len(files)} skills break the prose-only rule")
+    if dirty:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this part's commands to the ``mkb`` app."""
+    app.command("arms")(arms)
+    app.command("collect")(collect_cmd)
+    app.command("compare")(compare_cmd)
+    app.command("report")(report_cmd)
+    app.command("skill-check")(skill_check)
