@@ -124,17 +124,21 @@ def check_draw(spec: ProblemSpec, draw: int, got: dict[str, torch.Tensor], ref: 
             return problem
     got, ref, anchor = (_sorted_sets(spec, v) for v in (got, ref, anchor))
     for name in spec.graded_names:
-        g, r = got[name], ref[name]
-        if not r.dtype.is_floating_point or name in spec.exact:
-            same = _exactly_equal(g, r)
-            if not bool(same.all()):
-                idx = _first_index(~same)
-                check = "set" if name in spec.sets else "exact"
-                return Mismatch(output=name, draw=draw, check=check, index=idx,
-                                got=float(g[tuple(idx)]), expected=float(r[tuple(idx)]),
-                                detail="values must match exactly")
-            continue
-        problem = _float_check(name, draw, g, r, anchor[name], spec.tolerance_factor)
+        problem = check_output(spec, name, draw, got[name], ref[name], anchor[name])
         if problem:
             return problem
     return None
+
+
+def check_output(spec: ProblemSpec, name: str, draw: int, got: torch.Tensor, ref: torch.Tensor,
+                 anchor: torch.Tensor) -> Mismatch | None:
+    """One graded value against its reference and anchor (structure already checked, sets applied)."""
+    if not ref.dtype.is_floating_point or name in spec.exact:
+        same = _exactly_equal(got, ref)
+        if not bool(same.all()):
+            idx = _first_index(~same)
+            check = "set" if name in spec.sets else "exact"
+            return Mismatch(output=name, draw=draw, check=check, index=idx, got=float(got[tuple(idx)]),
+                            expected=float(ref[tuple(idx)]), detail="values must match exactly")
+        return None
+    return _float_check(name, draw, got, ref, anchor, spec.tolerance_factor)

@@ -34,7 +34,7 @@ from metakernelbench.problem_kit import anchor_mode
 from metakernelbench.problems import Problem
 
 from . import floor as floor_mod
-from .correctness import check_draw
+from .correctness import check_draw, check_output
 from .result import SPEEDUP_CAP, GradeResult, Mismatch, Status, Timing, failure
 from .rules import scan_source
 from .tensors import StructureError, promote_floats, snapshot_graded
@@ -213,7 +213,7 @@ class Evaluation:
         handle.expect(self.config.import_timeout_s, setup.nonce, None)
         return handle
 
-    def call(self, handle: WorkerHandle, inputs: tuple, **flags) -> tuple[CallResult, list, int]:
+    def call(self, handle: WorkerHandle, inputs: tuple, **flags) -> tuple[CallResult, list, list]:
         timeout = self.config.call_timeout_s
         if handle is self.candidate and self.first_call:
             timeout, self.first_call = self.config.first_call_timeout_s, False
@@ -227,7 +227,8 @@ class Evaluation:
         for label in result.launches:
             if label not in self.launch_sites:
                 self.launch_sites.append(label)
-        return result, tensors, wall_ns
+        n_out = len(result.outputs or [])
+        return result, tensors[:n_out], tensors[n_out:]
 
     # ---- checks ------------------------------------------------------------------------------
     def graded_from(self, inputs: tuple, returned: list[torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -290,6 +291,47 @@ class Evaluation:
                                                 f"timing) failed: output {mismatch.output!r}, "
                                                 f"{mismatch.check}: {mismatch.detail}", mismatch=mismatch)
         return [i - self.config.warmup for i in calls]
+
+    def audit(self) -> dict[str, str]:
+        """Reject when every DSL launch site only received answers computed outside the DSL.
+
+        One extra call snapshots, right before each DSL launch, every argument the size of a graded
+        output that no earlier DSL launch of the call produced. A site is *trivial* when one of its
+        snapshots already is a valid answer: that kernel copied or cast a result, it did not compute
+        it. (A legitimate pipeline where kernel 2 reads kernel 1's output is exempt: that argument
+        was produced by a DSL launch.)
+        """
+        seed = self.seed()
+        inputs = self.draw(seed)
+        ref, anchor = self.expected(seed)
+        numels = sorted({ref[n].numel() for n in self.spec.graded_names}
+                        | {-ref[n].numel() * ref[n].element_size() for n in self.spec.graded_names})
+        result, returned, snapshots = self.call(self.candidate, inputs, send_outputs=True, audit_numels=numels)
+        mismatch = check_draw(self.spec, -1, self.graded_from(inputs, returned), ref, anchor)
+        if mismatch:
+            raise Verdict(Status.INCORRECT, f"audit draw: output {mismatch.output!r} failed the {mismatch.check}"
+                                            f" check: {mismatch.detail}", mismatch=mismatch)
+        found: dict[str, str] = {}
+        for site, snap in zip(result.snapshot_sites, snapshots, strict=True):
+            for name in self.spec.graded_names:
+                want = ref[name]
+                if site in found or name in self.spec.sets:
+                    continue
+                same_bytes = snap.numel() * snap.element_size() == want.numel() * want.element_size()
+                if same_bytes:
+                    candidate = snap.reshape(-1).view(torch.uint8).view(want.dtype).reshape(want.shape)
+                elif snap.numel() == want.numel() and want.dtype.is_floating_point:
+                    candidate = snap.to(want.dtype).reshape(want.shape)  # a cast is not a computation
+                else:
+                    continue
+                candidate = candidate.to(self.device)
+                if check_output(self.spec, name, -1, candidate, want, anchor[name]) is None:
+                    found[site] = f"received a finished answer for {name!r} before it ran"
+        sites = list(result.launches)
+        if sites and all(site in found for site in sites):
+            raise Verdict(Status.RULE_VIOLATION, "every DSL kernel only moved results computed outside the "
+                                                 "DSL (" + "; ".join(f"{k}: {v}" for k, v in found.items()) + ")")
+        return found
 
     def bypass(self) -> dict[str, str]:
         outcomes: dict[str, str] = {}
@@ -367,6 +409,9 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
         fields.update(kernel_timing=kernel, eager_timing_before=eager_before, eager_timing_after=eager_after)
         fields["rechecked_calls"] = ev.recheck(seeds, keep)
         fields["launch_sites"] = list(ev.launch_sites)
+        trivial = ev.audit()
+        if trivial:
+            fields["details"] = {f"audit {k}": v for k, v in trivial.items()}
         fields["bypass"] = ev.bypass()
         eager_ms = 0.5 * (eager_before.median_ms + eager_after.median_ms)
         drift = abs(eager_after.median_ms - eager_before.median_ms) / eager_before.median_ms

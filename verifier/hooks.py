@@ -27,6 +27,10 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
+SNAPSHOT_BUDGET = 4 << 30  # bytes of pre-launch snapshots one audit call may collect
+
 
 class LaunchRegistry:
     """Per-process launch bookkeeping: counts per site for the current call, and one site to skip."""
@@ -36,12 +40,19 @@ class LaunchRegistry:
         self.suppress: str | None = None
         self.seen: list[str] = []
         self._depth = threading.local()
+        self.audit_numels: set[int] | None = None
+        self.snapshots: list[tuple[str, torch.Tensor]] = []
+        self._dsl_produced: set[bytes] = set()
+        self._snapshot_bytes = 0
 
-    def begin_call(self, suppress: str | None) -> None:
+    def begin_call(self, suppress: str | None, audit_numels: list[int] | None = None) -> None:
+        """Start a call; ``audit_numels`` holds element counts, and byte sizes as negative numbers."""
         self.counts = Counter()
         self.suppress = suppress
+        self.audit_numels = set(audit_numels) if audit_numels else None
+        self.snapshots, self._dsl_produced, self._snapshot_bytes = [], set(), 0
 
-    def launch(self, label: str, run: Callable[[], Any]) -> Any:
+    def launch(self, label: str, run: Callable[[], Any], args: tuple = ()) -> Any:
         """Count one launch of ``label`` and run it, unless it is the suppressed site."""
         depth = getattr(self._depth, "value", 0)
         if depth:  # an inner entry point of a launch already counted
@@ -51,11 +62,56 @@ class LaunchRegistry:
         self.counts[label] += 1
         if label == self.suppress:
             return None
+        audited = self._audited(args) if self.audit_numels else []
+        for t in audited:
+            self._snapshot_before(label, t)
         self._depth.value = 1
         try:
             return run()
         finally:
             self._depth.value = 0
+            if audited:
+                if audited[0].is_cuda:
+                    torch.cuda.synchronize(audited[0].device)
+                self._dsl_produced.update(_digest(t) for t in audited)
+
+    # ---- the audit: did an answer exist before the DSL kernel that "produced" it ran? ----------
+    def _audited(self, args: tuple) -> list[torch.Tensor]:
+        return [t for t in _tensors_in(args)
+                if t.numel() in self.audit_numels or -(t.numel() * t.element_size()) in self.audit_numels]
+
+    def _snapshot_before(self, label: str, t: torch.Tensor) -> None:
+        if t.is_cuda:
+            torch.cuda.synchronize(t.device)
+        if _digest(t) in self._dsl_produced:  # written by an earlier DSL launch of this call
+            return
+        size = t.numel() * t.element_size()
+        if self._snapshot_bytes + size <= SNAPSHOT_BUDGET:
+            self._snapshot_bytes += size
+            self.snapshots.append((label, t.detach().to("cpu", copy=True).contiguous()))
+
+
+def _digest(t: torch.Tensor) -> bytes:
+    raw = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
+    return hashlib.blake2b(raw, digest_size=16).digest()
+
+
+def _tensors_in(args: Any) -> list[torch.Tensor]:
+    """The torch tensors behind a launch's arguments (torch, DLPack-able, or CuTe from_dlpack)."""
+    found: list[torch.Tensor] = []
+    for a in args:
+        if type(a) is torch.Tensor:
+            found.append(a)
+        elif isinstance(a, (list, tuple)):
+            found += _tensors_in(a)
+        elif getattr(a, "_mkb_source", None) is not None:
+            found.append(a._mkb_source)
+        elif hasattr(a, "__dlpack__"):
+            try:
+                found.append(torch.from_dlpack(a))
+            except Exception:  # not every DLPack producer is importable; the audit is best effort
+                pass
+    return found
 
 
 REGISTRY = LaunchRegistry()
@@ -66,7 +122,7 @@ def _wrap_method(cls: type, name: str, label_of: Callable[[Any], str]) -> None:
 
     @functools.wraps(original)
     def counted(self, *args, **kwargs):
-        return REGISTRY.launch(label_of(self), lambda: original(self, *args, **kwargs))
+        return REGISTRY.launch(label_of(self), lambda: original(self, *args, **kwargs), args)
 
     setattr(cls, name, counted)
 
@@ -87,9 +143,23 @@ def _cute_label(fn: Any) -> str:
 def install_cutedsl() -> str:
     """Wrap CuTe DSL's launch entry points; return the package version."""
     import cutlass
+    import cutlass.cute.runtime as cute_runtime
     from cutlass.base_dsl.jit_executor import JitCompiledFunction
     from cutlass.cutlass_dsl import tvm_ffi_provider
 
+    original_from_dlpack = cute_runtime.from_dlpack
+
+    @functools.wraps(original_from_dlpack)
+    def from_dlpack(tensor, *args, **kwargs):
+        wrapped = original_from_dlpack(tensor, *args, **kwargs)
+        if isinstance(tensor, torch.Tensor):
+            try:
+                object.__setattr__(wrapped, "_mkb_source", tensor)
+            except (AttributeError, TypeError):
+                pass
+        return wrapped
+
+    cute_runtime.from_dlpack = from_dlpack
     _wrap_method(JitCompiledFunction, "__call__", _cute_label)
     _wrap_method(JitCompiledFunction, "run_compiled_program", _cute_label)
     for cls_name in ("TVMFFIJitCompiledFunction", "TVMFFIJitCompiledFunctionWithKwargs"):
@@ -144,7 +214,7 @@ def install_tirx() -> str:
 
         @functools.wraps(func)
         def launch(*args):
-            return REGISTRY.launch(label, lambda: func(*args))
+            return REGISTRY.launch(label, lambda: func(*args), args)
 
         launch.__tvm_ffi_function__ = func
         return launch

@@ -61,6 +61,8 @@ class CallResult(BaseModel):
     outputs: list[TensorMeta] | None = None
     threads: int
     violations: list[str] = []
+    snapshot_sites: list[str] = []
+    snapshots: list[TensorMeta] = []
 
 
 class Outputs(BaseModel):
@@ -117,7 +119,7 @@ def decode(frame: bytes) -> tuple[Message, list[torch.Tensor]]:
         message = MESSAGE.validate_python(json.loads(frame[4:4 + head_len]))
     except ValueError as exc:
         raise WireError(f"malformed header: {exc}") from exc
-    metas = getattr(message, "outputs", None) or []
+    metas = (getattr(message, "outputs", None) or []) + (getattr(message, "snapshots", None) or [])
     offset, tensors = 4 + head_len, []
     for meta in metas:
         if meta.dtype not in _DTYPES:

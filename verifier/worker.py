@@ -48,6 +48,7 @@ class CallRequest:
     send_outputs: bool = False
     keep_outputs: bool = False
     check_threads: bool = False
+    audit_numels: list[int] | None = None
 
 
 @dataclass
@@ -225,7 +226,7 @@ class Worker:
                                          "during timing (work left running after solve returned?)")
 
     def call(self, req: CallRequest) -> None:
-        hooks.REGISTRY.begin_call(req.suppress)
+        hooks.REGISTRY.begin_call(req.suppress, req.audit_numels)
         tools = self.tools
         tools.cold_l2()
         tools.sync()
@@ -251,10 +252,14 @@ class Worker:
             return
         if req.keep_outputs:
             self.kept[req.seq] = outputs
-        metas = [tensor_meta(o) for o in outputs] if req.send_outputs else None
+        sent = list(outputs) if req.send_outputs else []
+        snapshots = hooks.REGISTRY.snapshots if req.audit_numels else []
         self.send(CallResult(nonce=req.nonce, seq=req.seq, elapsed_ns=t1 - t0,
-                             launches=dict(hooks.REGISTRY.counts), outputs=metas, threads=thread_count()),
-                  outputs if req.send_outputs else ())
+                             launches=dict(hooks.REGISTRY.counts),
+                             outputs=[tensor_meta(o) for o in sent] if req.send_outputs else None,
+                             threads=thread_count(), snapshot_sites=[site for site, _ in snapshots],
+                             snapshots=[tensor_meta(t) for _, t in snapshots]),
+                  sent + [t for _, t in snapshots])
 
     def fetch(self, req: FetchRequest) -> None:
         tensors, metas = [], []
