@@ -145,7 +145,8 @@ def _module_rule(name: str, dsl: str) -> str | None:
     for prefix, why in table.items():
         if name == prefix or name.startswith(prefix + "."):
             return why
-    if name.startswith("metakernelbench") and name != "metakernelbench.problem_kit":
+    kit = "metakernelbench.problem_kit"
+    if name.startswith("metakernelbench") and name != kit and not name.startswith(kit + "."):
         return "the grader and the problems are not yours to import"
     return None
 
