@@ -251,6 +251,10 @@ def solo_config(opts: ArmsOptions, dsl: str, tasks: dict[str, dict[str, Path]]) 
 def budget_view(config: JobConfig | TrialConfig) -> dict[str, Any]:
     """The fields that must be equal between arms, in comparable (JSON) form."""
     dumped = config.model_dump(mode="json")
+    if isinstance(config, JobConfig):
+        if len(dumped["agents"]) != 1:
+            raise ArmsError(f"job {config.job_name} runs {len(dumped['agents'])} agents; an arm runs one")
+        dumped["agent"] = dumped["agents"][0]
     return {name: dumped[name] for name in BUDGET_FIELDS}
 
 
@@ -263,7 +267,8 @@ def transfer_config(
 ) -> JobConfig:
     """A one-task job that copies the solo arm's settings and attaches one skill."""
     dumped = solo.model_dump(mode="json")
-    data = {name: dumped[name] for name in (*BUDGET_FIELDS, *JOB_FIELDS)}
+    data = {name: dumped[name] for name in (*BUDGET_FIELDS, *JOB_FIELDS) if name != "agent"}
+    data["agents"] = dumped["agents"]
     data.update(
         job_name=job_name,
         jobs_dir=dumped["jobs_dir"],
@@ -287,7 +292,8 @@ def dump_config(config: JobConfig) -> str:
 def write_config(path: Path, config: JobConfig) -> None:
     """Write a config, then check that Harbor reads back exactly the same job."""
     text = dump_config(config)
-    again = JobConfig.model_validate(yaml.safe_load(text))
+    # extra="forbid" is how `harbor run --dry-run` validates a config file.
+    again = JobConfig.model_validate(yaml.safe_load(text), extra="forbid")
     if again != config or again.job_name != config.job_name:
         raise ArmsError(f"{path}: the written config does not read back as the same JobConfig")
     path.parent.mkdir(parents=True, exist_ok=True)

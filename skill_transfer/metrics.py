@@ -9,7 +9,7 @@ target task:
 
 Paired lift = geometric mean of r minus 1; help rate = share of r >= 5/4; harm rate = share of
 r <= 4/5. Thresholds are compared with a relative tolerance of 1e-9 so that a ratio that is 5/4 on
-paper (0.5 ms against 0.4 ms, say) counts as help although floating point gives 1.2499999999999998.
+paper (0.35 ms against 0.28 ms, say) counts as help although floating point gives 1.2499999999999998.
 
 The bootstrap resamples the problems of a cell with replacement (the problem is the unit that was
 sampled), recomputes the lift, and reports the 2.5 and 97.5 percentiles. Each cell gets its own

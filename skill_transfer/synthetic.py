@@ -5,8 +5,11 @@ Nothing here is a measurement. The folders are laid out the way Harbor 0.25 lays
 defaults excluded) and ``result.json`` (``JobResult`` without trial results), and per trial
 ``config.json`` (``TrialConfig``, defaults excluded), ``result.json`` (``TrialResult``),
 ``trial.log``, ``agent/``, ``verifier/{reward.json, grade.json, test-stdout.txt}`` and
-``artifacts/{manifest.json, app/SKILL.md, app/kernel.py}``, all written through Harbor's own
-models and path helpers so that a change in Harbor's formats shows up as a failure here.
+``artifacts/{manifest.json, logs/artifacts/, app/SKILL.md, app/kernel.py}``, all written through
+Harbor's own models and path helpers so that a change in Harbor's formats shows up as a failure
+here. The layout was checked against a real ``harbor run`` of the oracle agent (the opt-in test
+``tests/skill_transfer/test_st_harbor_e2e.py``); the ``lock.json`` files Harbor also writes are
+left out (nothing here reads them).
 
 ``python -m metakernelbench.skill_transfer.synthetic OUT`` writes a seeded two-model study (the
 sample report in ``docs/skill-transfer.md`` is made from it).
@@ -37,6 +40,7 @@ from harbor.models.trial.result import (
     TrialResult,
 )
 from harbor.models.verifier.result import VerifierResult
+from metakernelbench.verifier.result import SPEEDUP_CAP, GradeResult, Status
 
 from .arms import DEFAULT_ARTIFACTS, model_slug, solo_job_name, transfer_job_name
 from .families import FAMILY_ID_RANGES
@@ -76,32 +80,15 @@ def _short_id(*parts: object) -> str:
     return "".join(alphabet[b % len(alphabet)] for b in digest[:7])
 
 
-def _grade(a: FakeAttempt) -> dict:
-    timed = a.passed and a.kernel_ms is not None
-    speedup = a.eager_ms / a.kernel_ms if timed else None
-    return {
-        "status": a.status,
-        "passed": a.passed,
-        "problem": a.problem,
-        "dsl": a.dsl,
-        "kernel_ms": a.kernel_ms if timed else None,
-        "eager_ms": a.eager_ms,
-        "speedup": speedup,
-        "score_speedup": min(speedup, 100.0) if speedup else None,
-        "message": "synthetic",
-    }
-
-
-def _rewards(a: FakeAttempt) -> dict[str, float | int]:
-    grade = _grade(a)
-    return {
-        "reward": grade["score_speedup"] or 0,
-        "passed": int(a.passed),
-        "speedup": grade["speedup"] or 0,
-        "kernel_ms": grade["kernel_ms"] or 0,
-        "eager_ms": a.eager_ms,
-        "infra_error": int(a.status == "INFRA_ERROR"),
-    }
+def _grade(a: FakeAttempt) -> GradeResult:
+    """The grader's verdict, built with the grader's own model (so its validator applies)."""
+    if a.passed:
+        speedup = a.eager_ms / a.kernel_ms
+        return GradeResult(status=Status.PASSED, passed=True, problem=a.problem, dsl=a.dsl,
+                           message="synthetic", kernel_ms=a.kernel_ms, eager_ms=a.eager_ms,
+                           speedup=speedup, score_speedup=min(speedup, SPEEDUP_CAP))
+    return GradeResult(status=Status(a.status), passed=False, problem=a.problem, dsl=a.dsl,
+                       message="synthetic", eager_ms=a.eager_ms)
 
 
 def write_job(
@@ -112,67 +99,82 @@ def write_job(
     extra_instruction_paths: dict[str, Path] | None = None,
     agent: str = "terminus-2",
     start: datetime = EPOCH,
+    job_config: JobConfig | None = None,
+    trial_agent: AgentConfig | None = None,
 ) -> list[Path]:
     """Write one Harbor job folder holding ``attempts``; returns the trial folders.
 
     ``extra_instruction_paths`` maps a task name to its skill attachment (transfer jobs).
+    ``job_config`` is the config the job was started with (as ``harbor run -c`` would record it);
+    by default one is made from the other arguments. Trial configs are derived from it the way
+    ``harbor.job_plan.JobPlan.build_trial_configs`` does, except that ``trial_agent`` (if given)
+    replaces the agent, to fake a trial that ran with other settings.
     """
     extra_instruction_paths = extra_instruction_paths or {}
-    agent_config = AgentConfig(name=agent, model_name=model)
-    job_config = JobConfig(
-        job_name=job_dir.name,
-        jobs_dir=job_dir.parent,
-        agents=[agent_config],
-        tasks=[TaskConfig(path=tasks_dir / a.task) for a in attempts],
-        artifacts=list(DEFAULT_ARTIFACTS),
-        extra_instruction_paths=sorted(set(extra_instruction_paths.values())),
-    )
+    if job_config is None:
+        job_config = JobConfig(
+            job_name=job_dir.name,
+            jobs_dir=job_dir.parent,
+            agents=[AgentConfig(name=agent, model_name=model)],
+            tasks=[TaskConfig(path=tasks_dir / a.task) for a in attempts],
+            artifacts=list(DEFAULT_ARTIFACTS),
+        )
+    job_id = job_config_uuid(job_dir.name)
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / "config.json").write_text(job_config.model_dump_json(indent=4, exclude_defaults=True))
     (job_dir / "job.log").write_text("")
-    provider, _, name = model.rpartition("/")
+    agent_config = trial_agent or job_config.agents[0]
+    provider, _, name = (agent_config.model_name or model).rpartition("/")
     results: list[TrialResult] = []
     trial_dirs: list[Path] = []
     for i, a in enumerate(attempts):
         started = start + timedelta(minutes=45 * i)
+        extra = [extra_instruction_paths[a.task]] if a.task in extra_instruction_paths else []
         trial_config = TrialConfig(
             task=TaskConfig(path=tasks_dir / a.task),
             trial_name=f"{a.task[:32].rstrip('_-')}__{_short_id(job_dir.name, a.task, i)}",
             trials_dir=job_dir,
             agent=agent_config,
-            artifacts=list(DEFAULT_ARTIFACTS),
-            extra_instruction_paths=(
-                [extra_instruction_paths[a.task]] if a.task in extra_instruction_paths else []
-            ),
+            timeout_multiplier=job_config.timeout_multiplier,
+            agent_timeout_multiplier=job_config.agent_timeout_multiplier,
+            verifier_timeout_multiplier=job_config.verifier_timeout_multiplier,
+            agent_setup_timeout_multiplier=job_config.agent_setup_timeout_multiplier,
+            environment_build_timeout_multiplier=job_config.environment_build_timeout_multiplier,
+            environment=job_config.environment,
+            verifier=job_config.verifier,
+            artifacts=job_config.artifacts,
+            extra_instruction_paths=[*job_config.extra_instruction_paths, *extra],
+            job_id=job_id,
         )
         paths = TrialPaths(job_dir / trial_config.trial_name)
         paths.mkdir()
         paths.config_path.write_text(trial_config.model_dump_json(indent=4, exclude_defaults=True))
         paths.log_path.write_text("")
         (paths.agent_dir / "trajectory.json").write_text("{}")
-        manifest = ArtifactManifest()
+        # Harbor always collects the convention folder /logs/artifacts first, then each declared
+        # artifact; destinations are relative to the trial folder.
+        (paths.artifacts_dir / "logs" / "artifacts").mkdir(parents=True, exist_ok=True)
+        manifest = ArtifactManifest(entries=[ArtifactManifestEntry(
+            source="/logs/artifacts", destination="artifacts/logs/artifacts", type="directory",
+            status="ok", exclude=[])])
         for source in DEFAULT_ARTIFACTS:
             target = paths.artifacts_dir / source.lstrip("/")
             content = a.skill if source.endswith("SKILL.md") else "def solve(*inputs): ...\n"
-            if content is None:
-                status = "failed"
-            else:
+            if content is not None:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(content)
-                status = "ok" if content.strip() else "empty"
-            manifest.entries.append(
-                ArtifactManifestEntry(
-                    source=source, destination=source.lstrip("/"), type="file", status=status
-                )
-            )
+            manifest.entries.append(ArtifactManifestEntry(
+                source=source, destination=f"artifacts/{source.lstrip('/')}", type="file",
+                status="failed" if content is None else "ok", exclude=[]))
         paths.artifacts_manifest_path.write_text(json.dumps(manifest.to_json_data(), indent=4))
         verifier = None
         if a.rewards:
+            grade = _grade(a)
             paths.test_stdout_path.write_text("synthetic grading log\n")
-            paths.reward_json_path.write_text(json.dumps(_rewards(a)))
-            verifier = VerifierResult(rewards=_rewards(a))
-            if a.grade_json:
-                (paths.verifier_dir / "grade.json").write_text(json.dumps(_grade(a), indent=2))
+            grade.write(paths.verifier_dir)  # grade.json and reward.json, as `mkb grade` writes them
+            if not a.grade_json:
+                (paths.verifier_dir / "grade.json").unlink()
+            verifier = VerifierResult(rewards=grade.reward())
         exception = None
         if a.exception:
             exception = ExceptionInfo(
@@ -189,7 +191,9 @@ def write_job(
             task_checksum=hashlib.sha256(a.task.encode()).hexdigest(),
             config=trial_config,
             agent_info=AgentInfo(
-                name=agent, version="2.0", model_info=ModelInfo(name=name, provider=provider or None)
+                name=agent_config.name or "custom",
+                version="2.0",
+                model_info=ModelInfo(name=name, provider=provider or None),
             ),
             agent_result=AgentContext(n_input_tokens=1000, n_output_tokens=200, cost_usd=0.01),
             verifier_result=verifier,
@@ -205,7 +209,7 @@ def write_job(
         trial_dirs.append(paths.trial_dir)
     done = [r for r in results if r.finished_at is not None]
     job_result = JobResult(
-        id=job_config_uuid(job_dir.name),
+        id=job_id,
         started_at=start,
         updated_at=start + timedelta(minutes=45 * len(attempts)),
         finished_at=start + timedelta(minutes=45 * len(attempts)) if len(done) == len(results) else None,
