@@ -365,9 +365,10 @@ class Evaluation:
 
 
 def _device_of(device: str | None) -> torch.device:
-    if device:
-        return torch.device(device)
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    chosen = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if chosen.type == "cuda" and chosen.index is None:
+        chosen = torch.device("cuda", torch.cuda.current_device())
+    return chosen
 
 
 def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | None = None,

@@ -29,15 +29,19 @@ SMALL_WORKLOAD = dict(batch=3, num_pages=64, total_pages=40, min_len=4, max_len=
 def sequence_lengths(batch, total, lo, hi):
     """A fixed, ragged length profile with the given count, extremes and sum (same every draw)."""
     g = torch.Generator().manual_seed(20240602)
-    raw = torch.rand(batch, generator=g).pow(3)
-    lengths = (lo + raw / raw.sum() * (total - lo * batch)).floor().to(torch.int64)
-    lengths[0], lengths[-1] = lo, hi
-    rest = total - int(lengths.sum())
-    middle = torch.arange(1, batch - 1)
-    for i in range(abs(rest)):
-        j = int(middle[i % len(middle)])
-        lengths[j] += 1 if rest > 0 else -1
-    return lengths.clamp(min=lo, max=hi)
+    raw = torch.rand(batch - 2, generator=g).pow(3)
+    middle = total - lo - hi
+    lengths = (lo + raw / raw.sum() * (middle - lo * (batch - 2))).floor().to(torch.int64).clamp(lo, hi)
+    for i in range(batch * hi):  # settle rounding so the sum is exact, staying within [lo, hi]
+        rest = middle - int(lengths.sum())
+        if rest == 0:
+            break
+        j = i % (batch - 2)
+        if lo <= int(lengths[j]) + (1 if rest > 0 else -1) <= hi:
+            lengths[j] += 1 if rest > 0 else -1
+    profile = torch.cat([torch.tensor([lo]), lengths, torch.tensor([hi])])
+    assert int(profile.sum()) == total and int(profile.min()) == lo and int(profile.max()) == hi
+    return profile
 
 
 def make_inputs(device, generator, *, batch=63, heads=5, kv_heads=1, head_dim=128, num_pages=53173,
