@@ -51,6 +51,11 @@ def _pick(attempts: Iterable[Attempt]) -> tuple[dict[tuple, Attempt], set[tuple]
     return chosen, infra - set(chosen), superseded
 
 
+def chosen_attempts(attempts: Iterable[Attempt]) -> list[Attempt]:
+    """The attempts the comparison uses: one valid attempt per (model, problem, DSL, arm)."""
+    return sorted(_pick(attempts)[0].values(), key=lambda a: a.key)
+
+
 def build_comparisons(attempts: Sequence[Attempt]) -> tuple[list[Comparison], list[Exclusions]]:
     """Every scorable (model, problem, direction) comparison, and what was left out per model."""
     chosen, infra_only, superseded = _pick(attempts)

@@ -17,7 +17,7 @@ from html import escape
 from pathlib import Path
 
 from . import svg
-from .compare import CELL_HEADERS, cell_rows, compare, md_table, pct, render_tables
+from .compare import CELL_HEADERS, cell_rows, chosen_attempts, compare, md_table, pct, render_tables
 from .hygiene import KINDS
 from .models import DIRECTIONS, STANDINGS, STATUS_SKIPPED, Attempt, CompareResult
 
@@ -35,22 +35,33 @@ out of every comparison and counted under "Left out".
 
 
 def pass_rate_rows(attempts: Sequence[Attempt]) -> list[list[object]]:
-    """Per model, arm and DSL: attempts graded, passed, pass rate, median speedup of passes."""
+    """Per model, arm and DSL: attempts graded, passed, pass rate, median speedup of passes.
+
+    Counts the attempts the comparison uses (one per problem; superseded reruns left out), plus the
+    skipped treatments and the infrastructure errors seen.
+    """
+    def group_key(a: Attempt) -> tuple[str, str, str]:
+        return a.model, "solo" if a.arm == "solo" else f"{a.source_dsl}→{a.dsl}", a.dsl
+
     groups: dict[tuple[str, str, str], list[Attempt]] = defaultdict(list)
+    for a in chosen_attempts(attempts):
+        groups[group_key(a)].append(a)
+    infra: dict[tuple[str, str, str], int] = defaultdict(int)
     for a in attempts:
-        arm = "solo" if a.arm == "solo" else f"{a.source_dsl}→{a.dsl}"
-        groups[(a.model, arm, a.dsl)].append(a)
+        if a.excluded:
+            infra[group_key(a)] += 1
+            groups.setdefault(group_key(a), [])
     rows = []
-    for (model, arm, dsl), group in sorted(groups.items()):
-        graded = [a for a in group if not a.excluded and a.status != STATUS_SKIPPED]
+    for key, group in sorted(groups.items()):
+        graded = [a for a in group if a.status != STATUS_SKIPPED]
         passed = [a for a in graded if a.passed]
         speedups = [a.speedup for a in passed if a.speedup is not None]
         rows.append([
-            model, arm, dsl, len(graded), len(passed),
+            *key, len(graded), len(passed),
             pct(len(passed) / len(graded)) if graded else "–",
             f"{statistics.median(speedups):.2f}x" if speedups else "–",
-            sum(a.status == STATUS_SKIPPED for a in group),
-            sum(a.excluded for a in group),
+            len(group) - len(graded),
+            infra[key],
         ])
     return rows
 
@@ -60,15 +71,18 @@ PASS_HEADERS = ("model", "arm", "dsl", "graded", "passed", "pass rate", "median 
 
 
 def hygiene_rows(attempts: Sequence[Attempt]) -> list[list[object]]:
-    """Per model: skills checked, share with any violation, share with each kind, mean count."""
+    """Per model: skills checked, share with any violation, share with each kind, mean count.
+
+    Over the solo attempts the comparison uses (their skills are the ones that get transferred).
+    """
     by_model: dict[str, list[Attempt]] = defaultdict(list)
-    for a in attempts:
+    for a in chosen_attempts(attempts):
         if a.arm == "solo":
             by_model[a.model].append(a)
     rows = []
     for model, group in sorted(by_model.items()):
         checked = [a.skill_violations for a in group if a.skill_violations is not None]
-        missing = sum(a.skill_violations is None for a in group)
+        missing = sum(not a.skill_chars for a in group)
         n = len(checked)
         any_rate = sum(any(v.values()) for v in checked) / n if n else None
         kind_rates = [sum(v.get(k, 0) > 0 for v in checked) / n if n else None for k in KINDS]
