@@ -52,7 +52,7 @@ def pass_rate_rows(attempts: Sequence[Attempt]) -> list[list[object]]:
             infra[group_key(a)] += 1
             groups.setdefault(group_key(a), [])
     rows = []
-    for key, group in sorted(groups.items()):
+    for key, group in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] != "solo", kv[0][2])):
         graded = [a for a in group if a.status != STATUS_SKIPPED]
         passed = [a for a in graded if a.passed]
         speedups = [a.speedup for a in passed if a.speedup is not None]
@@ -132,7 +132,7 @@ def render_markdown(attempts: Sequence[Attempt], result: CompareResult, note: st
     parts = ["# Skill transfer report", ""]
     if note:
         parts += [f"> **{note}**", ""]
-    parts += ["## Definitions", "", DEFINITIONS, render_tables(result),
+    parts += ["## Definitions", "", DEFINITIONS, render_tables(result), "",
               "## Attempts by arm", "", md_table(PASS_HEADERS, pass_rate_rows(attempts)), "",
               "## Skill hygiene (solo skills; code, commands and API calls are against the rules)", "",
               md_table(HYGIENE_HEADERS, hygiene_rows(attempts)), ""]

@@ -267,7 +267,7 @@ _LEAKY_LINES = (
 
 
 def synthetic_study(
-    out: Path, models: tuple[str, ...] = ("vendor-a/model-x", "vendor-b/model-y"), seed: int = 7
+    out: Path, models: tuple[str, ...] = ("synthetic/model-a", "synthetic/model-b"), seed: int = 7
 ) -> list[Path]:
     """Write solo and transfer job folders for a made-up study; returns the job folders.
 

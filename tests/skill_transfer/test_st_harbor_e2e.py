@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 from harbor.models.trial.result import TrialResult
-from harbor_hostenv import MOUNT_POINTS
 from metakernelbench.skill_transfer.collect import collect
 from metakernelbench.skill_transfer.compare import compare
 from metakernelbench.skill_transfer.synthetic import FakeAttempt, write_job, write_task
@@ -87,6 +86,8 @@ def files_of(trial: Path) -> set[str]:
 
 @pytest.fixture
 def mount_points():
+    from harbor_hostenv import MOUNT_POINTS  # imported here: Harbor's environment stack is slow to load
+
     created = [Path(p) for p in MOUNT_POINTS if not Path(p).exists()]
     for path in created:
         path.mkdir(parents=True)
