@@ -99,7 +99,7 @@ def collect_cmd(
 
 
 def compare_cmd(
-    attempts: Annotated[Path, typer.Argument(help="attempts.jsonl from mkb collect.")],
+    attempts: Annotated[Path, typer.Argument(help="attempts.jsonl from mkb collect.", exists=True, dir_okay=False)],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
     n_boot: Annotated[int, typer.Option(help="Bootstrap resamples per cell.")] = 2000,
@@ -113,7 +113,7 @@ def compare_cmd(
 
 
 def report_cmd(
-    attempts: Annotated[Path, typer.Argument(help="attempts.jsonl from mkb collect.")],
+    attempts: Annotated[Path, typer.Argument(help="attempts.jsonl from mkb collect.", exists=True, dir_okay=False)],
     out: Annotated[Path, typer.Option("-o", "--out", help="Output folder.")],
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
     n_boot: Annotated[int, typer.Option(help="Bootstrap resamples per cell.")] = 2000,
