@@ -20,7 +20,9 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import sys
 import time
+import types
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,14 +86,25 @@ def _scrubbed_env(cache_dir: str) -> dict[str, str]:
 
 @contextmanager
 def _environment(env: dict[str, str]):
+    """The scrubbed environment, and no ``__main__`` for the child to re-import.
+
+    The spawn start method re-runs the parent's main module in the child (as ``__mp_main__``):
+    for ``mkb grade`` or a test runner that loads the whole grader and the problem loader into
+    the candidate's process. The worker's entry point is importable by name, so during the start
+    ``__main__`` is a bare module.
+    """
     saved = dict(os.environ)
+    main = sys.modules.get("__main__")
     os.environ.clear()
     os.environ.update(env)
+    sys.modules["__main__"] = types.ModuleType("__main__")
     try:
         yield
     finally:
         os.environ.clear()
         os.environ.update(saved)
+        if main is not None:
+            sys.modules["__main__"] = main
 
 
 class WorkerHandle:
@@ -271,7 +284,10 @@ class Evaluation:
             if timed:
                 samples.append(result.elapsed_ns / 1e6)
                 if keep is not None and i in keep:
-                    keep[i] = (result.seq, inputs)  # in-place inputs now hold the call's results
+                    # in-place inputs now hold the call's results: copy them as they are when the
+                    # reply arrives, so work still running in the candidate cannot finish them later
+                    keep[i] = (result.seq, tuple(v.clone() if name in self.spec.inplace else v
+                                                 for name, v in zip(self.spec.inputs, inputs, strict=True)))
         return Timing.from_samples(samples)
 
     def recheck(self, seeds: list[int], keep: dict[int, tuple]) -> list[int]:

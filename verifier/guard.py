@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 import threading
 from dataclasses import dataclass, field
 
@@ -35,6 +36,11 @@ SUBMISSION_ONLY_EVENTS = {
     "sys.settrace", "sys.setprofile", "socket.connect", "socket.bind",
 }
 FRAME_ATTRIBUTES = {"tb_frame", "f_back", "f_locals", "f_globals", "gi_frame", "cr_frame", "ag_frame"}
+# starting a thread or a process is refused however many standard-library layers sit in between
+# (threading.Thread, concurrent.futures, logging.handlers.QueueListener, subprocess.run, ...)
+START_EVENTS = {"_thread.start_new_thread", "subprocess.Popen", "os.system", "os.fork", "os.forkpty",
+                "os.posix_spawn", "pty.spawn"}
+_STDLIB = tuple(os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib"))
 
 
 class GuardViolation(PermissionError):
@@ -54,13 +60,25 @@ class Guard:
         banned = FORBIDDEN_IMPORTS + DSL_FOREIGN.get(self.dsl, ())
         return any(name == b or name.startswith(b + ".") for b in banned)
 
-    def _from_submission(self) -> bool:
+    def _from_submission(self, through_stdlib: bool = False) -> bool:
         frame = sys._getframe(2)
         for _ in range(3):  # the event's caller, or a stdlib wrapper one or two levels up
             if frame is None:
                 return False
             if frame.f_code.co_filename == self.submission_file:
                 return True
+            if through_stdlib and _is_stdlib(frame.f_code.co_filename):
+                return self._nearest_library_frame_is_submission(frame)
+            frame = frame.f_back
+        return False
+
+    def _nearest_library_frame_is_submission(self, frame) -> bool:
+        """True when the first frame above ``frame`` outside the standard library is the submission."""
+        for _ in range(64):
+            if frame is None:
+                return False
+            if not _is_stdlib(frame.f_code.co_filename):
+                return frame.f_code.co_filename == self.submission_file
             frame = frame.f_back
         return False
 
@@ -91,9 +109,19 @@ class Guard:
         elif event == "object.__getattr__":
             if len(args) > 1 and args[1] in FRAME_ATTRIBUTES and self._from_submission():
                 self._refuse(f"frame introspection ({args[1]})")
-        elif event in SUBMISSION_ONLY_EVENTS or event.startswith(("os.exec", "os.spawn")):
+        elif event in START_EVENTS or event.startswith(("os.exec", "os.spawn")):
+            if self._from_submission(through_stdlib=True):
+                self._refuse(event)
+        elif event in SUBMISSION_ONLY_EVENTS:
             if self._from_submission():
                 self._refuse(event)
+
+
+def _is_stdlib(filename: str) -> bool:
+    if filename.startswith("<frozen "):
+        return True
+    return (filename.startswith(_STDLIB) and "site-packages" not in filename
+            and "dist-packages" not in filename)
 
 
 def install_guard(submission_file: str, protected_paths: list[str], dsl: str) -> Guard:

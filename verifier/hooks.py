@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from .guard import GuardViolation
+
 SNAPSHOT_BUDGET = 4 << 30  # bytes of pre-launch snapshots one audit call may collect
 
 
@@ -44,6 +46,13 @@ class LaunchRegistry:
         self.snapshots: list[tuple[str, torch.Tensor]] = []
         self._dsl_produced: set[bytes] = set()
         self._snapshot_bytes = 0
+        self.refusals: list[str] = []  # the worker points this at its guard's violation list
+
+    def refuse(self, what: str) -> None:
+        """Record and raise a contract violation found by a hook (kept even if the submission catches it)."""
+        if what not in self.refusals:
+            self.refusals.append(what)
+        raise GuardViolation(f"forbidden by the MetaKernelBench contract: {what}")
 
     def begin_call(self, suppress: str | None, audit_numels: list[int] | None = None) -> None:
         """Start a call; ``audit_numels`` holds element counts, and byte sizes as negative numbers."""
@@ -190,6 +199,27 @@ def _module_label(module: Any, fname: str) -> str:
     return f"tirx:{names}@{digest}"
 
 
+# TIRx calls that leave the DSL (dsl-tirx.md §11), as the TVMScript printer spells them. Matching
+# the printed module catches them however the submission built the call (T.call_extern in the
+# source, or tvm.ir.Call(Op.get(...)) assembled from strings, which no static rule can read).
+_ESCAPE_CALLS = re.compile(r"\bT\.(?:call_extern|call_pure_extern|call_packed|call_cpacked|call_ffi_kernel|"
+                           r"tvm_call_trace_packed|call_packed_lowered|call_cpacked_lowered|"
+                           r"anylist_setitem_call_c?packed|cuda\.func_call)\(")
+
+
+def _audit_tirx_module(module: Any) -> None:
+    """Refuse compiling a module that calls extern functions, packed functions or raw source."""
+    if module is None or not hasattr(module, "script"):
+        return
+    try:
+        text = module.script()
+    except Exception:  # an unprintable module is audited on its plain text form
+        text = str(module)
+    found = _ESCAPE_CALLS.search(text)
+    if found:
+        REGISTRY.refuse(f"TIRx escape hatch {found.group(0)[2:-1]} in a compiled module")
+
+
 def install_tirx() -> str:
     """Wrap TIRx module functions; return the apache-tvm version."""
     import tvm
@@ -233,6 +263,7 @@ def install_tirx() -> str:
 
     @functools.wraps(original_compile)
     def compile_(*args, **kwargs):
+        _audit_tirx_module(args[0] if args else kwargs.get("mod"))
         result = original_compile(*args, **kwargs)
         remember(getattr(result, "mod", result))
         return result
@@ -245,6 +276,7 @@ def install_tirx() -> str:
 
         @functools.wraps(original_build)
         def build(*args, **kwargs):
+            _audit_tirx_module(args[0] if args else kwargs.get("mod"))
             return remember(original_build(*args, **kwargs))
 
         tirx.build = build

@@ -110,6 +110,8 @@ FORBIDDEN_NAMES: dict[str, str] = {
     "f_locals": "no introspection of the grader", "f_globals": "no introspection of the grader",
     "__subclasses__": "no introspection of the grader", "__globals__": "no introspection of the grader",
     "__builtins__": "no patching of builtins", "__code__": "no code objects",
+    "sys": "no interpreter introspection (os.sys and friends are sys)",
+    "modules": "sys.modules holds the grader's loaded modules",
     "environ": "environment variables are set by the grader", "putenv": "environment is the grader's",
     "system": None,  # checked only as os.system
     "fork": "no helper processes", "execv": "no helper processes", "execve": "no helper processes",

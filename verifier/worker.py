@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -70,17 +71,33 @@ class CallFailed(Exception):
 
 
 def _critical_callables() -> dict[str, int]:
-    """Identity of the functions the timing and result path relies on."""
+    """Identity of the functions the timing and result path relies on.
+
+    Besides the timers, this covers the grader's own code loaded in this process (the worker,
+    launch-hook, wire, device and guard modules and their classes): those modules are reachable
+    from submission code without an import (``sys.modules`` and friends), and patching, say,
+    ``Worker.send`` would rewrite every reported time.
+    """
     import statistics
 
-    return {
+    from . import device, guard, wire
+
+    found = {
         "time.perf_counter_ns": id(time.perf_counter_ns),
         "time.perf_counter": id(time.perf_counter),
         "torch.cuda.synchronize": id(torch.cuda.synchronize),
         "torch.cuda.Event.elapsed_time": id(torch.cuda.Event.elapsed_time),
         "statistics.median": id(statistics.median),
         "worker.encode": id(globals()["encode"]),
+        "hooks.REGISTRY": id(hooks.REGISTRY),
+        "hooks.REGISTRY.<instance>": hash(tuple(sorted(vars(hooks.REGISTRY)))),
     }
+    for owner in (sys.modules[__name__], hooks, wire, device, guard, Worker, hooks.LaunchRegistry,
+                  DeviceTools, guard.Guard):
+        for key, value in vars(owner).items():
+            if not (key.startswith("__") and key.endswith("__")):
+                found[f"{owner.__name__}.{key}"] = id(value)
+    return found
 
 
 def _load_module(path: str, name: str):
@@ -162,6 +179,7 @@ class Worker:
             else:
                 version = hooks.INSTALLERS[setup.dsl]() if setup.dsl in hooks.INSTALLERS else "none"
                 self.guard = install_guard(setup.path, setup.protected_paths, setup.dsl)
+                hooks.REGISTRY.refusals = self.guard.violations  # hook refusals count as violations
                 _ban_cuda_graphs(self.guard)
                 self.integrity = _critical_callables()
                 self.guard.armed = True
@@ -237,6 +255,9 @@ class Worker:
             tools.sync()
             t1 = _perf_ns()
             outputs = self._as_outputs(returned)
+            # Timed outputs are kept as they were when solve returned: work that finishes later
+            # (a thread, a side stream launched after the sync) cannot complete a kept output.
+            kept = tuple(o.clone() for o in outputs) if req.keep_outputs else None
             self._contract_checks(req, outputs)
         except CallFailed as exc:
             self.fail(req.seq, "call", exc.category, str(exc))
@@ -250,8 +271,8 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - every failure becomes a verdict
             self.fail(req.seq, "call", "compile" if _is_compile_error(exc) else "runtime", exc)
             return
-        if req.keep_outputs:
-            self.kept[req.seq] = outputs
+        if kept is not None:
+            self.kept[req.seq] = kept
         sent = list(outputs) if req.send_outputs else []
         snapshots = hooks.REGISTRY.snapshots if req.audit_numels else []
         self.send(CallResult(nonce=req.nonce, seq=req.seq, elapsed_ns=t1 - t0,

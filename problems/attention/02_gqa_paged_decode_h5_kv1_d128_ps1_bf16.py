@@ -1,6 +1,6 @@
 """Paged GQA decode attention, 5 query heads on 1 KV head of dim 128, page size 1 (Llama-4-Scout TP=8).
 
-63 sequences decode one token each. The pages of sequence b are kv_indices[kv_indptr[b]:kv_indptr[b+1]]
+48 sequences decode one token each. The pages of sequence b are kv_indices[kv_indptr[b]:kv_indptr[b+1]]
 (CSR), one token per page. Logits q.k are scaled by sm_scale and softmaxed in fp32 over the whole
 context (no mask); the output averages V and is rounded to bf16. The second output is the log-sum-exp
 of the scaled logits in base 2 (natural LSE / ln 2) per (sequence, head), fp32.
@@ -19,7 +19,9 @@ PROVENANCE = dict(
     "(workload record 69ec7197-791c-419a-ae93-a3d2f0d49fd0)",
     license="Apache-2.0",
     notes="The captured kv_indptr is not redistributed; a fixed ragged length profile with the "
-    "captured statistics (63 sequences, 4..5668 pages, 19134 in total) stands in for it.",
+    "captured statistics (4..5668 pages per sequence) stands in for it. 48 of the 63 captured "
+    "sequences (14578 pages, the total scaled alike): with all 63 the eager reference's per-sequence "
+    "loop measured 22-23 ms on the H200, above the benchmark's 20 ms ceiling.",
 )
 INPUTS = ("q", "k_cache", "v_cache", "kv_indptr", "kv_indices", "sm_scale")
 OUTPUTS = ("output", "lse")
@@ -44,8 +46,8 @@ def sequence_lengths(batch, total, lo, hi):
     return profile
 
 
-def make_inputs(device, generator, *, batch=63, heads=5, kv_heads=1, head_dim=128, num_pages=53173,
-                total_pages=19134, min_len=4, max_len=5668):
+def make_inputs(device, generator, *, batch=48, heads=5, kv_heads=1, head_dim=128, num_pages=53173,
+                total_pages=14578, min_len=4, max_len=5668):
     lengths = sequence_lengths(batch, total_pages, min_len, max_len)
     kv_indptr = torch.zeros(batch + 1, dtype=torch.int32)
     kv_indptr[1:] = torch.cumsum(lengths, 0).to(torch.int32)

@@ -1,0 +1,234 @@
+"""Per-problem facts on the local GPU: eager time, input bytes, anchor allowance, negative controls.
+
+    python benchmarks/h200_problems.py --out results/h200/problems.json [--only 02,28]
+
+For every problem: the eager reference's median over the grader's loop (10 warmup + 50 timed calls,
+each on a fresh draw, L2 flushed, device-wide sync around the call: the same ``DeviceTools`` code
+the worker uses), the bytes of one draw's inputs, the float64-anchor allowance each float output
+gets, the physical floor, and whether each value-level negative control is rejected by the
+contract (zeros, passthrough, lower-precision reference, skipped last row, first output replayed).
+The controls here are judged in-process against the same ``check_draw`` the grader uses; the full
+process-isolated grader runs them for the pilot problems (benchmarks/h200_pilot.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from metakernelbench.problem_kit import anchor_mode
+from metakernelbench.problems import REPO_ROOT, load_problem, problem_paths
+from metakernelbench.verifier.controls import skip_last_tile
+from metakernelbench.verifier.correctness import check_draw
+from metakernelbench.verifier.device import DeviceTools
+from metakernelbench.verifier.floor import floor_ms
+from metakernelbench.verifier.tensors import clone_inputs, promote_floats, snapshot_graded
+
+EAGER_RANGE_MS = (0.05, 20.0)
+
+
+def draw(problem, device, seed):
+    return problem.make_inputs(device, torch.Generator(device=device).manual_seed(seed), **problem.spec.workload)
+
+
+def graded(problem, inputs):
+    return snapshot_graded(problem.spec, inputs, problem.reference(*inputs))
+
+
+def eager_median(problem, tools, device, warmup=10, timed=50):
+    samples = []
+    for i in range(warmup + timed):
+        inputs = draw(problem, device, 1000 + i)
+        tools.cold_l2()
+        tools.sync()
+        t0 = time.perf_counter_ns()
+        problem.reference(*inputs)
+        tools.sync()
+        if i >= warmup:
+            samples.append((time.perf_counter_ns() - t0) / 1e6)
+        del inputs
+    samples.sort()
+    return 0.5 * (samples[timed // 2 - 1] + samples[timed // 2]), samples
+
+
+def allowances(problem, ref, anchor):
+    out = {}
+    for name in problem.spec.graded_names:
+        r, a = ref[name], anchor[name]
+        if not r.dtype.is_floating_point or name in problem.spec.exact:
+            out[name] = "exact"
+            continue
+        finite = torch.isfinite(r)
+        err = float((r.double() - a).abs()[finite].max()) if finite.any() else 0.0
+        peak = float(a.abs()[finite].max()) if finite.any() else 0.0
+        out[name] = problem.spec.tolerance_factor * max(err, torch.finfo(r.dtype).eps * peak)
+    return out
+
+
+def _low_precision(problem, inputs, ref_values, judge) -> str:
+    """Re-run the reference with a lower working precision; return how the control was judged.
+
+    The working precision drops to bfloat16, or, when any output is already 16-bit (so bf16 work is
+    within the contract for it), every promoted value is also rounded through float8 e4m3. Where an
+    op has no kernel for that dtype, the fallback rounds the promoted values and computes in fp32.
+    """
+    spec, module = problem.spec, problem.module
+    outs16 = any(t.dtype in (torch.float16, torch.bfloat16) for t in ref_values.values())
+    saved = module.__dict__.get("acc")
+
+    def lowered(compute_low):
+        def low(t):
+            if not t.dtype.is_floating_point:
+                return t
+            t = t.to(torch.float8_e4m3fn) if outs16 else t
+            return t.to(torch.bfloat16) if compute_low else t.to(torch.bfloat16).to(torch.float32)
+        return low
+
+    for compute_low, label in ((True, "bf16 work"), (False, "inputs rounded, fp32 work")):
+        module.acc = lowered(compute_low)
+        try:
+            work = clone_inputs(inputs)
+            low_values = snapshot_graded(spec, work, problem.reference(*work))
+            low_values = {n: t.to(ref_values[n].dtype) for n, t in low_values.items()}
+        except (RuntimeError, NotImplementedError, TypeError):
+            continue
+        finally:
+            module.acc = saved
+        judge("low_precision", low_values)
+        return f"{judge.last} ({label}{', fp8-rounded' if outs16 else ''})"
+    return "could not run in lower precision"
+
+
+def controls(problem, device, ref_values, inputs, anchor):
+    spec = problem.spec
+    verdict = {}
+
+    def judge(kind, values):
+        mismatch = check_draw(spec, 0, values, ref_values, anchor)
+        verdict[kind] = judge.last = "rejected" if mismatch else "PASSED (control not rejected!)"
+
+    judge("zeros", {n: torch.zeros_like(t) for n, t in ref_values.items()})
+    first = next(t for t in inputs if isinstance(t, torch.Tensor) and t.numel())
+    flat = first.reshape(-1).view(torch.uint8)
+
+    def like(t):
+        need = t.numel() * t.element_size()
+        return flat.repeat(need // flat.numel() + 1)[:need].view(t.dtype).reshape(t.shape)
+
+    passthrough = {n: like(t) for n, t in ref_values.items() if n in spec.outputs}
+    by_name = dict(zip(spec.inputs, inputs, strict=True))
+    passthrough.update({n: by_name[n] for n in spec.inplace})  # untouched in-place inputs
+    judge("passthrough", passthrough)
+
+    floats = [n for n, t in ref_values.items() if t.dtype.is_floating_point and n not in spec.exact]
+    if "acc(" in spec.path.read_text() and floats:
+        verdict["low_precision"] = _low_precision(problem, inputs, ref_values, judge)
+    else:
+        verdict["low_precision"] = "not applicable (no floating work, or only exact outputs)"
+
+    skipped = {}
+    for n, t in ref_values.items():
+        t = t.clone()
+        if n in spec.inplace:
+            before = by_name[n]
+            changed = (t != before).reshape(t.shape[0], -1).any(dim=1).nonzero().flatten()
+            if changed.numel():
+                t[int(changed[-1])] = before[int(changed[-1])]
+        elif t.dim() >= 1 and t.numel() > 1:
+            skip_last_tile(t)
+        skipped[n] = t
+    judge("skip_last", skipped)
+    return verdict
+
+
+def measure(path: Path, tools, device, small: bool = False) -> dict:
+    problem = load_problem(path)
+    if small:
+        problem.spec = problem.spec.model_copy(update={"workload": {**problem.spec.workload,
+                                                                    **problem.spec.small_workload}})
+    spec = problem.spec
+    row = {"problem": spec.name, "family": spec.family, "workload": spec.workload}
+    started = time.time()
+    with torch.no_grad():
+        inputs = draw(problem, device, 7)
+        row["input_bytes"] = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
+        ref = graded(problem, clone_inputs(inputs))
+        promoted = promote_floats(draw(problem, device, 7))
+        with anchor_mode():
+            anchor = snapshot_graded(spec, promoted, problem.reference(*promoted))
+        del promoted
+        row["allowance"] = allowances(problem, ref, anchor)
+        row["controls"] = controls(problem, device, ref, inputs, anchor)
+        second = graded(problem, draw(problem, device, 8))
+        # the first call's outputs replayed on a second draw
+        mismatch = check_draw(spec, 1, ref, second, {n: t.double() if t.dtype.is_floating_point else t
+                                                       for n, t in second.items()})
+        row["controls"]["cache_first"] = "rejected" if mismatch else "PASSED (control not rejected!)"
+        del inputs, ref, anchor, second
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        median, samples = eager_median(problem, tools, device)
+    row["eager_ms"] = median
+    row["eager_samples_ms"] = [round(s, 5) for s in samples]
+    row["eager_in_range"] = EAGER_RANGE_MS[0] <= median <= EAGER_RANGE_MS[1]
+    row["floor_ms"] = floor_ms(problem)
+    row["declared_floor"] = problem.physical_floor()
+    row["measure_wall_s"] = round(time.time() - started, 1)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "results" / "h200" / "problems.json")
+    parser.add_argument("--only", default="")
+    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--small", action="store_true", help="small workloads (a CPU check of this script)")
+    args = parser.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    device = torch.device(args.device)
+    tools = DeviceTools.create(device)
+    wanted = {x for x in args.only.split(",") if x}
+    rows = []
+    for path in problem_paths():
+        if wanted and path.stem[:2] not in wanted:
+            continue
+        try:
+            row = measure(path, tools, device, args.small)
+        except Exception as exc:  # noqa: BLE001 - record and go on to the next problem
+            row = {"problem": path.stem, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        rows.append(row)
+        print(json.dumps({k: row.get(k) for k in ("problem", "eager_ms", "eager_in_range", "controls", "error",
+                                                   "measure_wall_s")}), flush=True)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT).stdout
+    record = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]), "commit": commit.strip() or "unknown",
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "summary": {
+            "problems": len(rows),
+            "eager_in_range": sum(bool(r.get("eager_in_range")) for r in rows),
+            "all_controls_rejected": sum(all(v.startswith(("rejected", "not applicable"))
+                                             for v in r.get("controls", {"x": "no"}).values()) for r in rows),
+            "errors": [r["problem"] for r in rows if "error" in r],
+        },
+        "problems": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    print(json.dumps(record["summary"]), flush=True)
+
+
+if __name__ == "__main__":
+    main()
