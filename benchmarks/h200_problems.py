@@ -214,7 +214,8 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT).stdout
     record = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]), "commit": commit.strip() or "unknown",
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
         "summary": {
             "problems": len(rows),

@@ -40,6 +40,7 @@ from harbor.models.trial.result import (
     TrialResult,
 )
 from harbor.models.verifier.result import VerifierResult
+
 from metakernelbench.verifier.result import SPEEDUP_CAP, GradeResult, Status
 
 from .arms import DEFAULT_ARTIFACTS, model_slug, solo_job_name, transfer_job_name

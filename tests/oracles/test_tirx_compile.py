@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 import torch
 import tvm
-from metakernelbench.verifier.correctness import check_draw
-from metakernelbench.verifier.rules import scan_source
-from metakernelbench.verifier.tensors import promote_floats, snapshot_graded
 from tvm.script import tirx as T
 
 from metakernelbench.problem_kit import anchor_mode
 from metakernelbench.problems import REPO_ROOT, load_problem
+from metakernelbench.verifier.correctness import check_draw
+from metakernelbench.verifier.rules import scan_source
+from metakernelbench.verifier.tensors import promote_floats, snapshot_graded
 
 ORACLES = REPO_ROOT / "oracles"
 PROBLEMS = {

@@ -8,10 +8,10 @@ import tomllib
 
 import pytest
 import torch
-from metakernelbench.verifier.tensors import promote_floats, snapshot_graded
 
 from metakernelbench.problem_kit import anchor_mode
 from metakernelbench.problems import PROBLEMS_DIR, load_problem, problem_paths
+from metakernelbench.verifier.tensors import promote_floats, snapshot_graded
 
 CATALOG = {p["id"]: p for p in tomllib.loads((PROBLEMS_DIR / "catalog.toml").read_text())["problem"]}
 PATHS = problem_paths()

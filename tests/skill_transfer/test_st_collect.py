@@ -10,13 +10,13 @@ from harbor.models.trial.artifact_manifest import ArtifactManifestEntry
 from harbor.models.trial.config import TrialConfig
 from harbor.models.trial.paths import TrialPaths
 from harbor.models.trial.result import TrialResult
+from typer.testing import CliRunner
+
+from metakernelbench.cli import app
 from metakernelbench.skill_transfer.collect import collect
 from metakernelbench.skill_transfer.skill import render_attachment
 from metakernelbench.skill_transfer.synthetic import FakeAttempt, write_job
 from metakernelbench.verifier.result import GradeResult
-from typer.testing import CliRunner
-
-from metakernelbench.cli import app
 
 MODEL = "acme/coder-7"
 RMS = "28_fused_add_rmsnorm_h4096_llama31_8b_bf16"  # a real problem file: family from its folder

@@ -1,9 +1,9 @@
 """Task names and families: problem files first, the benchmark's id ranges as the fallback."""
 
 import pytest
-from metakernelbench.skill_transfer.families import FAMILY_ID_RANGES, family_from_id, family_of, parse_task_name
 
 from metakernelbench.problems import FAMILIES, problem_paths
+from metakernelbench.skill_transfer.families import FAMILY_ID_RANGES, family_from_id, family_of, parse_task_name
 
 
 def test_parse_task_name():

@@ -1,9 +1,9 @@
 """The prose-only rule for skills: each kind of violation is found, prose is left alone."""
 
-from metakernelbench.skill_transfer.hygiene import check_skill
 from typer.testing import CliRunner
 
 from metakernelbench.cli import app
+from metakernelbench.skill_transfer.hygiene import check_skill
 
 CLEAN = """# Findings
 

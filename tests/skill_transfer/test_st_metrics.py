@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+
 from metakernelbench.skill_transfer import metrics
 
 

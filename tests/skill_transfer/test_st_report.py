@@ -4,12 +4,12 @@ import csv
 import re
 import xml.etree.ElementTree as ET
 
-from metakernelbench.skill_transfer import svg
-from metakernelbench.skill_transfer.report import hygiene_rows, pass_rate_rows, write_report
 from paired_fixture import FIXTURE, LIFT_C2T
 from typer.testing import CliRunner
 
 from metakernelbench.cli import app
+from metakernelbench.skill_transfer import svg
+from metakernelbench.skill_transfer.report import hygiene_rows, pass_rate_rows, write_report
 
 
 def test_report_files(tmp_path):
