@@ -190,6 +190,8 @@ def main() -> None:
     parser.add_argument("--only", default="")
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--small", action="store_true", help="small workloads (a CPU check of this script)")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the rows of --out for problems not measured in this run (re-measure a few)")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -211,9 +213,16 @@ def main() -> None:
         rows.append(row)
         print(json.dumps({k: row.get(k) for k in ("problem", "eager_ms", "eager_in_range", "controls", "error",
                                                    "measure_wall_s")}), flush=True)
+    commands = [" ".join([Path(sys.executable).name, *sys.argv])]
+    if args.merge and args.out.exists():
+        previous = json.loads(args.out.read_text())
+        fresh = {r["problem"] for r in rows}
+        rows = sorted([r for r in previous["problems"] if r["problem"] not in fresh] + rows,
+                      key=lambda r: r["problem"])
+        commands = previous.get("commands", [previous.get("command", "")]) + commands
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT).stdout
     record = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]), "commit": commit.strip() or "unknown",
+        "commands": commands, "commit": commit.strip() or "unknown",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
