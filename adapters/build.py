@@ -1,0 +1,169 @@
+"""``mkb build``: render every problem into its two task folders, and ``--check`` that tasks/ is current.
+
+``build`` rewrites each selected task folder from scratch (so a file dropped from the templates
+disappears too), removes the folders of problems that no longer exist, and rewrites
+``dataset.toml`` from the folders now present. ``check`` renders into a temporary directory and
+lists every path whose bytes or executable bit differ, every missing or stale folder and a stale
+manifest; CI runs it, so a hand edit under tasks/ or a forgotten rebuild fails the build.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from metakernelbench.problems import Problem, ProblemError, load_problem, problem_paths
+
+from .dsl import DSLS
+from .manifest import manifest_toml
+from .render import TaskFile, render_task, task_dir_name
+
+# A folder under tasks/ that the generator owns; anything else there is left alone.
+TASK_DIR = re.compile(r"^\d{2}_[a-z0-9_]+_(cutedsl|tirx)$")
+_IGNORED = ("__pycache__", ".pyc")
+
+
+@dataclass
+class BuildReport:
+    """What a build wrote and removed (task folder names)."""
+
+    written: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    manifest: Path | None = None
+
+
+def load_problems(problems_root: Path) -> list[Problem]:
+    """Every problem under ``problems_root``, sorted by id; ids must be unique."""
+    if not problems_root.is_dir():
+        raise ProblemError(f"{problems_root}: no such problems directory")
+    problems = [load_problem(p) for p in problem_paths(problems_root)]
+    seen: dict[str, Path] = {}
+    for problem in problems:
+        spec = problem.spec
+        if spec.id in seen:
+            raise ProblemError(f"problem id {spec.id} is used by both {seen[spec.id]} and {spec.path}")
+        seen[spec.id] = spec.path
+    return problems
+
+
+def select(problems: list[Problem], only: list[str] | None) -> list[Problem]:
+    """The problems named by ``--only`` (ids like ``28``, stems, or task folder names)."""
+    if not only:
+        return problems
+    keys = {re.sub(r"_(cutedsl|tirx)$", "", k) for k in only}
+    chosen = [p for p in problems if p.spec.id in keys or p.spec.name in keys]
+    found = {p.spec.id for p in chosen} | {p.spec.name for p in chosen}
+    unknown = sorted(k for k in keys if k not in found)
+    if unknown:
+        raise ProblemError(f"--only names no problem: {', '.join(unknown)}")
+    return chosen
+
+
+def expected_dirs(problems: list[Problem]) -> list[str]:
+    """Every task folder name the problems produce, sorted."""
+    return sorted(task_dir_name(p, d) for p in problems for d in DSLS.values())
+
+
+def write_task(task_dir: Path, files: dict[str, TaskFile]) -> None:
+    """Replace ``task_dir`` with exactly ``files`` (modes 0644 / 0755, whatever the umask)."""
+    if task_dir.exists():
+        shutil.rmtree(task_dir)
+    for rel, item in files.items():
+        path = task_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(item.content)
+        path.chmod(0o755 if item.executable else 0o644)
+
+
+def _render_into(out: Path, problems: list[Problem], oracles: Path) -> list[str]:
+    written = []
+    for problem in problems:
+        for dsl in DSLS.values():
+            name = task_dir_name(problem, dsl)
+            write_task(out / name, render_task(problem, dsl, oracles))
+            written.append(name)
+    return written
+
+
+def _present_dirs(out: Path) -> list[str]:
+    if not out.is_dir():
+        return []
+    return sorted(p.name for p in out.iterdir() if p.is_dir() and TASK_DIR.match(p.name))
+
+
+def build(problems_root: Path, out: Path, manifest: Path, oracles: Path,
+          only: list[str] | None = None) -> BuildReport:
+    """Render the selected problems into ``out``, drop stale folders, rewrite the manifest."""
+    problems = load_problems(problems_root)
+    chosen = select(problems, only)
+    out.mkdir(parents=True, exist_ok=True)
+    report = BuildReport(written=_render_into(out, chosen, oracles))
+    expected = set(expected_dirs(problems))
+    for name in _present_dirs(out):
+        if name not in expected:
+            shutil.rmtree(out / name)
+            report.removed.append(name)
+    present = [out / n for n in _present_dirs(out)]
+    manifest.write_text(manifest_toml(present))
+    report.manifest = manifest
+    return report
+
+
+def _tree(root: Path) -> dict[str, tuple[bytes, bool]]:
+    files = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if not path.is_file() or any(part in rel for part in _IGNORED):
+            continue
+        files[rel] = (path.read_bytes(), bool(path.stat().st_mode & 0o111))
+    return files
+
+
+def _compare_trees(label: str, want: Path, have: Path) -> list[str]:
+    expected, actual = _tree(want), _tree(have)
+    problems = []
+    for rel in sorted(expected.keys() | actual.keys()):
+        where = f"{label}/{rel}"
+        if rel not in actual:
+            problems.append(f"missing  {where}")
+        elif rel not in expected:
+            problems.append(f"extra    {where}")
+        elif expected[rel][0] != actual[rel][0]:
+            problems.append(f"changed  {where}")
+        elif expected[rel][1] != actual[rel][1]:
+            problems.append(f"mode     {where} (executable bit)")
+    return problems
+
+
+def check(problems_root: Path, out: Path, manifest: Path, oracles: Path,
+          only: list[str] | None = None) -> list[str]:
+    """Every difference between ``out``/``manifest`` and a fresh render; empty when current.
+
+    With ``only``, just those problems' folders are compared (the manifest needs every task).
+    """
+    problems = load_problems(problems_root)
+    chosen = select(problems, only)
+    differences: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="mkb-build-check-") as tmp:
+        fresh = Path(tmp) / "tasks"
+        fresh.mkdir()
+        names = _render_into(fresh, chosen, oracles)
+        for name in names:
+            if not (out / name).is_dir():
+                differences.append(f"missing  {out.name}/{name}/ (not generated)")
+            else:
+                differences += _compare_trees(f"{out.name}/{name}", fresh / name, out / name)
+        if only:
+            return differences
+        for name in _present_dirs(out):
+            if name not in names:
+                differences.append(f"stale    {out.name}/{name}/ (no such problem)")
+        want = manifest_toml([fresh / n for n in names])
+        if not manifest.is_file():
+            differences.append(f"missing  {manifest.name}")
+        elif manifest.read_text() != want:
+            differences.append(f"changed  {manifest.name}")
+    return differences

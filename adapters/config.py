@@ -1,0 +1,51 @@
+"""The fixed numbers of every generated task: budgets, resources, images and the grading contract.
+
+One place, because each number appears in several generated files (task.toml, the instructions,
+the Dockerfiles, test.sh) and they must never disagree. The contract numbers restate DESIGN §4;
+the budget and sandbox numbers restate DESIGN §5.
+"""
+
+from __future__ import annotations
+
+ORG = "metakernelbench"
+DATASET_NAME = f"{ORG}/metakernelbench"
+DATASET_VERSION = "0.1.0"
+DATASET_DESCRIPTION = (
+    "MetaKernelBench: GPU kernel problems from production models, each in a CuTe DSL and a TIRx "
+    "variant; the agent keeps a skill file whose transfer to the other DSL is measured."
+)
+
+# The attempt (DESIGN §5): a CPU-only sandbox with no network and a 40-minute budget.
+AGENT_TIMEOUT_SEC = 2400
+SANDBOX_CPUS = 2
+SANDBOX_MEMORY_MB = 8192
+SUBMISSIONS = 10
+
+# Final grading: Harbor's verifier phase in a separate GPU container.
+GRADER_GPU_TYPES = ("H200",)
+GRADER_CPUS = 8
+GRADER_MEMORY_MB = 32768
+VERIFIER_TIMEOUT_SEC = 900
+# test.sh stops the grader this long before Harbor's own timeout, so it can still write reward.json.
+GRADE_TIMEOUT_MARGIN_SEC = 60
+BUILD_TIMEOUT_SEC = 1800
+
+# The grading contract (DESIGN §4).
+CORRECTNESS_DRAWS = 5
+WARMUP_CALLS = 10
+TIMED_CALLS = 50
+SPEEDUP_CAP = 100
+DEFAULT_TOLERANCE_FACTOR = 3.0
+
+# Images. nvidia/cuda's devel image gives the CUDA 13.0 toolkit headers (CCCL included) at
+# /usr/local/cuda, which TIRx's NVRTC path needs, and Ubuntu 24.04's Python 3.12. Everything Python
+# is pinned; torch 2.11.0 from PyPI is the CUDA 13.0 (cu130) build.
+BASE_IMAGE = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
+COMMON_PINS = (
+    "torch==2.11.0",
+    "numpy==2.5.5",
+    "pydantic==2.14.4",
+    "typer==0.29.2",
+    "rich==15.0.0",
+    "setuptools==80.9.0",
+)

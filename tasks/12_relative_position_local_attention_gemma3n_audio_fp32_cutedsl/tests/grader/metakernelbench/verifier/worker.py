@@ -1,0 +1,315 @@
+"""The untrusted side: the process that imports the candidate's kernel file and times its calls.
+
+It holds no reference, no seeds and no expected outputs. Each request carries one draw's input
+tensors (shared from the grader through CUDA IPC / shared memory) and the worker replies with the
+call's wall time and, when asked, its outputs as raw bytes (``wire``). The loop is identical for
+every phase (warmup, timed, checked, bypass), so a submission cannot tell them apart.
+
+The same loop also times the eager reference (``mode="reference"``, a trusted worker), so both
+sides carry exactly the same harness overhead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from . import hooks
+from .device import DeviceTools
+from .guard import GuardViolation, install_guard, thread_count
+from .wire import CallResult, Failure, Outputs, Ready, encode, tensor_meta
+
+_perf_ns = time.perf_counter_ns  # bound before any submission code can patch the module
+
+
+@dataclass
+class WorkerSetup:
+    mode: str  # "candidate" | "reference"
+    dsl: str  # "cutedsl" | "tirx" | "none"
+    path: str  # kernel file (candidate) or problem file (reference)
+    device: str
+    num_outputs: int
+    nonce: str
+    protected_paths: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CallRequest:
+    seq: int
+    nonce: str
+    inputs: tuple
+    suppress: str | None = None
+    send_outputs: bool = False
+    keep_outputs: bool = False
+    check_threads: bool = False
+    audit_numels: list[int] | None = None
+
+
+@dataclass
+class FetchRequest:
+    seq: int
+    nonce: str
+    calls: list[int]
+
+
+@dataclass
+class StopRequest:
+    pass
+
+
+class CallFailed(Exception):
+    def __init__(self, category: str, message: str):
+        super().__init__(message)
+        self.category = category
+
+
+def _critical_callables() -> dict[str, int]:
+    """Identity of the functions the timing and result path relies on.
+
+    Besides the timers, this covers the grader's own code loaded in this process (the worker,
+    launch-hook, wire, device and guard modules and their classes): those modules are reachable
+    from submission code without an import (``sys.modules`` and friends), and patching, say,
+    ``Worker.send`` would rewrite every reported time.
+    """
+    import statistics
+
+    from . import device, guard, wire
+
+    found = {
+        "time.perf_counter_ns": id(time.perf_counter_ns),
+        "time.perf_counter": id(time.perf_counter),
+        "torch.cuda.synchronize": id(torch.cuda.synchronize),
+        "torch.cuda.Event.elapsed_time": id(torch.cuda.Event.elapsed_time),
+        "statistics.median": id(statistics.median),
+        "worker.encode": id(globals()["encode"]),
+        "hooks.REGISTRY": id(hooks.REGISTRY),
+        "hooks.REGISTRY.<instance>": hash(tuple(sorted(vars(hooks.REGISTRY)))),
+    }
+    for owner in (sys.modules[__name__], hooks, wire, device, guard, Worker, hooks.LaunchRegistry,
+                  DeviceTools, guard.Guard):
+        for key, value in vars(owner).items():
+            if not (key.startswith("__") and key.endswith("__")):
+                found[f"{owner.__name__}.{key}"] = id(value)
+    return found
+
+
+def _load_module(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _ban_cuda_graphs(guard) -> None:
+    """CUDA graphs amortise launches across calls; the contract forbids them."""
+    graph_cls = getattr(torch.cuda, "CUDAGraph", None)
+    if graph_cls is None:
+        return
+    original = graph_cls.capture_begin
+
+    def capture_begin(self, *args, **kwargs):
+        guard.violations.append("CUDA graph capture")
+        raise GuardViolation("CUDA graphs are forbidden by the MetaKernelBench contract")
+
+    capture_begin.__wrapped__ = original
+    graph_cls.capture_begin = capture_begin
+
+
+def _is_compile_error(exc: BaseException) -> bool:
+    """True when the exception escaped from a DSL compiler (tracing, lowering, codegen)."""
+    markers = ("/cutlass/", "/tvm/", "/tvm_ffi/")
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        path, name = frame.f_code.co_filename, frame.f_code.co_name
+        if any(m in path for m in markers) and ("compile" in name or "build" in name
+                                                or "preprocess" in name or "trace" in name):
+            return True
+    return type(exc).__module__.startswith(("cutlass", "tvm")) and "Compil" in type(exc).__name__
+
+
+def _storage_span(t: torch.Tensor) -> tuple[int, int]:
+    storage = t.untyped_storage()
+    return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+
+
+class Worker:
+    def __init__(self, conn, setup: WorkerSetup):
+        self.conn = conn
+        self.setup = setup
+        self.device = torch.device(setup.device)
+        self.tools = DeviceTools.create(self.device)
+        self.guard = None
+        self.kept: dict[int, tuple] = {}
+        self.thread_baseline: int | None = None
+        self.seen_violations = 0
+        self.solve = None
+        self.integrity: dict[str, int] = {}
+
+    def send(self, message, tensors=()) -> None:
+        self.conn.send_bytes(encode(message, list(tensors)))
+
+    def fail(self, seq: int, stage: str, category: str, exc: BaseException | str) -> None:
+        if isinstance(exc, BaseException):
+            tb = "".join(traceback.format_exception(exc))[-6000:]
+            self.send(Failure(nonce=self._nonce, seq=seq, stage=stage, category=category,
+                              error_type=type(exc).__name__, message=str(exc)[:2000], traceback=tb))
+        else:
+            self.send(Failure(nonce=self._nonce, seq=seq, stage=stage, category=category,
+                              error_type="Contract", message=exc[:2000]))
+
+    # ---- setup -------------------------------------------------------------------------------
+    def load(self) -> bool:
+        setup = self.setup
+        self._nonce = setup.nonce
+        start = time.perf_counter()
+        try:
+            if setup.mode == "reference":
+                from metakernelbench.problems import load_problem
+
+                self.solve = load_problem(setup.path).reference
+                version = "reference"
+            else:
+                version = hooks.INSTALLERS[setup.dsl]() if setup.dsl in hooks.INSTALLERS else "none"
+                self.guard = install_guard(setup.path, setup.protected_paths, setup.dsl)
+                hooks.REGISTRY.refusals = self.guard.violations  # hook refusals count as violations
+                _ban_cuda_graphs(self.guard)
+                self.integrity = _critical_callables()
+                self.guard.armed = True
+                module = _load_module(setup.path, "kernel")
+                self.solve = getattr(module, "solve", None)
+                if not callable(self.solve):
+                    self.fail(-1, "import", "structure", "kernel.py defines no callable solve(*inputs)")
+                    return False
+        except GuardViolation as exc:
+            self.fail(-1, "import", "violation", exc)
+            return False
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a verdict
+            self.fail(-1, "import", "compile" if not isinstance(exc, ImportError) or
+                      _is_compile_error(exc) else "runtime", exc)
+            return False
+        self.send(Ready(nonce=setup.nonce, device=self.tools.name(), torch_version=torch.__version__,
+                        dsl_version=str(version), import_s=time.perf_counter() - start))
+        return True
+
+    # ---- one call ------------------------------------------------------------------------------
+    def _as_outputs(self, returned: Any) -> tuple:
+        n = self.setup.num_outputs
+        if n == 0:
+            if returned is not None:
+                raise CallFailed("structure", f"solve must return None, got {type(returned).__name__}")
+            return ()
+        values = (returned,) if n == 1 else returned
+        if n > 1 and type(returned) is not tuple:
+            raise CallFailed("structure", f"solve must return a tuple of {n} tensors, "
+                                          f"got {type(returned).__name__}")
+        if len(values) != n:
+            raise CallFailed("structure", f"solve must return {n} outputs, got {len(values)}")
+        for i, v in enumerate(values):
+            if type(v) is not torch.Tensor:  # exact type: a subclass could defer its compute
+                category = "hack" if isinstance(v, torch.Tensor) else "structure"
+                raise CallFailed(category, f"output {i} is a {type(v).__name__}, not a plain torch.Tensor")
+        return values
+
+    def _contract_checks(self, req: CallRequest, outputs: tuple) -> None:
+        for i, out in enumerate(outputs):
+            if out.device.type != self.device.type:
+                raise CallFailed("structure", f"output {i} is on {out.device}, expected {self.device.type}")
+            lo, hi = _storage_span(out)
+            for j, inp in enumerate(req.inputs):
+                if isinstance(inp, torch.Tensor) and inp.numel() and out.numel():
+                    ilo, ihi = _storage_span(inp)
+                    if lo < ihi and ilo < hi:
+                        raise CallFailed("hack", f"output {i} shares memory with input {j}")
+        if self.setup.mode != "candidate":
+            return
+        if _critical_callables() != self.integrity:
+            changed = [k for k, v in _critical_callables().items() if self.integrity.get(k) != v]
+            raise CallFailed("hack", f"timing or result functions were replaced: {changed}")
+        if len(self.guard.violations) > self.seen_violations:
+            self.seen_violations = len(self.guard.violations)
+            raise CallFailed("violation", "; ".join(self.guard.violations))
+        if req.check_threads:
+            if self.thread_baseline is None:
+                self.thread_baseline = thread_count()
+            elif thread_count() > self.thread_baseline:
+                raise CallFailed("hack", f"threads grew from {self.thread_baseline} to {thread_count()} "
+                                         "during timing (work left running after solve returned?)")
+
+    def call(self, req: CallRequest) -> None:
+        hooks.REGISTRY.begin_call(req.suppress, req.audit_numels)
+        tools = self.tools
+        tools.cold_l2()
+        tools.sync()
+        try:
+            t0 = _perf_ns()
+            with torch.no_grad():
+                returned = self.solve(*req.inputs)
+            tools.sync()
+            t1 = _perf_ns()
+            outputs = self._as_outputs(returned)
+            # Timed outputs are kept as they were when solve returned: work that finishes later
+            # (a thread, a side stream launched after the sync) cannot complete a kept output.
+            kept = tuple(o.clone() for o in outputs) if req.keep_outputs else None
+            self._contract_checks(req, outputs)
+        except CallFailed as exc:
+            self.fail(req.seq, "call", exc.category, str(exc))
+            return
+        except GuardViolation as exc:
+            self.fail(req.seq, "call", "violation", exc)
+            return
+        except torch.cuda.OutOfMemoryError as exc:
+            self.fail(req.seq, "call", "oom", exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a verdict
+            self.fail(req.seq, "call", "compile" if _is_compile_error(exc) else "runtime", exc)
+            return
+        if kept is not None:
+            self.kept[req.seq] = kept
+        sent = list(outputs) if req.send_outputs else []
+        snapshots = hooks.REGISTRY.snapshots if req.audit_numels else []
+        self.send(CallResult(nonce=req.nonce, seq=req.seq, elapsed_ns=t1 - t0,
+                             launches=dict(hooks.REGISTRY.counts),
+                             outputs=[tensor_meta(o) for o in sent] if req.send_outputs else None,
+                             threads=thread_count(), snapshot_sites=[site for site, _ in snapshots],
+                             snapshots=[tensor_meta(t) for _, t in snapshots]),
+                  sent + [t for _, t in snapshots])
+
+    def fetch(self, req: FetchRequest) -> None:
+        tensors, metas = [], []
+        for call in req.calls:
+            for out in self.kept.get(call, ()):
+                tensors.append(out)
+                metas.append(tensor_meta(out))
+        self.send(Outputs(nonce=req.nonce, seq=req.seq, outputs=metas), tensors)
+
+    def serve(self) -> None:
+        if not self.load():
+            return
+        while True:
+            req = self.conn.recv()
+            if isinstance(req, CallRequest):
+                self._nonce = req.nonce
+                self.call(req)
+            elif isinstance(req, FetchRequest):
+                self.fetch(req)
+            else:
+                return
+
+
+def main(conn, setup: WorkerSetup) -> None:
+    """Process entry point (spawned by the grader)."""
+    os.setsid()  # own process group: the grader kills the whole group at the end
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    if setup.device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(setup.device))
+    Worker(conn, setup).serve()

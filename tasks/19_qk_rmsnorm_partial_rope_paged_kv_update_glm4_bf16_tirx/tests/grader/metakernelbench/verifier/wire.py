@@ -1,0 +1,139 @@
+"""The result channel from the candidate process to the trusted grader.
+
+Nothing the candidate process sends is ever unpickled: each message is one frame holding a
+length-prefixed JSON header (validated by a pydantic model) followed by raw tensor bytes, which
+the trusted side turns back into tensors with ``torch.frombuffer``. The trusted side accepts exactly
+one frame per request and checks the echoed nonce (see ``grader``).
+
+The other direction (grader -> candidate) is trusted and uses multiprocessing's pickling, so input
+tensors travel as CUDA IPC handles / shared memory instead of copies.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Annotated, Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+HEADER_LIMIT = 1 << 20  # a header larger than 1 MiB is malformed by definition
+
+_DTYPES: dict[str, torch.dtype] = {
+    str(dt).removeprefix("torch."): dt
+    for dt in (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.float8_e4m3fn,
+               torch.float8_e5m2, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
+               torch.bool)
+}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class TensorMeta(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    dtype: str
+    shape: list[int]
+    device: str
+    nbytes: int = Field(ge=0)
+
+
+class Ready(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["ready"] = "ready"
+    nonce: str
+    device: str
+    torch_version: str
+    dsl_version: str
+    import_s: float
+
+
+class CallResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["result"] = "result"
+    nonce: str
+    seq: int
+    elapsed_ns: int = Field(ge=0)
+    launches: dict[str, int]
+    outputs: list[TensorMeta] | None = None
+    threads: int
+    violations: list[str] = []
+    snapshot_sites: list[str] = []
+    snapshots: list[TensorMeta] = []
+
+
+class Outputs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["outputs"] = "outputs"
+    nonce: str
+    seq: int
+    outputs: list[TensorMeta]
+
+
+class Failure(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["failure"] = "failure"
+    nonce: str
+    seq: int
+    stage: Literal["setup", "import", "call"]
+    category: Literal["compile", "runtime", "oom", "structure", "violation", "hack"]
+    error_type: str
+    message: str
+    traceback: str = ""
+
+
+Message = Annotated[Ready | CallResult | Outputs | Failure, Field(discriminator="kind")]
+MESSAGE = TypeAdapter(Message)
+
+
+class WireError(ValueError):
+    """A frame from the candidate process does not follow the protocol."""
+
+
+def encode(header: BaseModel, tensors: list[torch.Tensor] = ()) -> bytes:
+    """One frame: u32 header length, JSON header, then each tensor's bytes in order."""
+    head = header.model_dump_json().encode()
+    parts = [struct.pack("<I", len(head)), head]
+    for t in tensors:
+        flat = t.detach().contiguous().cpu().reshape(-1)
+        parts.append(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+    return b"".join(parts)
+
+
+def tensor_meta(t: torch.Tensor) -> TensorMeta:
+    return TensorMeta(dtype=dtype_name(t.dtype), shape=list(t.shape), device=t.device.type,
+                      nbytes=t.numel() * t.element_size())
+
+
+def decode(frame: bytes) -> tuple[Message, list[torch.Tensor]]:
+    """Parse one frame into its validated header and the tensors it carries (CPU, owned copies)."""
+    if len(frame) < 4:
+        raise WireError("frame shorter than its length prefix")
+    (head_len,) = struct.unpack_from("<I", frame)
+    if head_len > HEADER_LIMIT or 4 + head_len > len(frame):
+        raise WireError("header length out of range")
+    try:
+        message = MESSAGE.validate_python(json.loads(frame[4:4 + head_len]))
+    except ValueError as exc:
+        raise WireError(f"malformed header: {exc}") from exc
+    metas = (getattr(message, "outputs", None) or []) + (getattr(message, "snapshots", None) or [])
+    offset, tensors = 4 + head_len, []
+    for meta in metas:
+        if meta.dtype not in _DTYPES:
+            raise WireError(f"unsupported dtype {meta.dtype!r}")
+        dtype = _DTYPES[meta.dtype]
+        numel = int(np.prod(meta.shape)) if meta.shape else 1
+        if any(s < 0 for s in meta.shape) or numel * dtype.itemsize != meta.nbytes:
+            raise WireError("tensor metadata is inconsistent")
+        if offset + meta.nbytes > len(frame):
+            raise WireError("frame ends before its tensors do")
+        raw = bytearray(frame[offset:offset + meta.nbytes])
+        offset += meta.nbytes
+        flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+        tensors.append(flat.view(dtype).reshape(meta.shape))
+    if offset != len(frame):
+        raise WireError("trailing bytes after the declared tensors")
+    return message, tensors

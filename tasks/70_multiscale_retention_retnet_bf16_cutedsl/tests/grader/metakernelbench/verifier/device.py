@@ -1,0 +1,57 @@
+"""Device-side timing helpers: device-wide sync, cold L2 and no persisting-L2 carve-out.
+
+The same functions serve the candidate and the eager reference, so both sides pay identical
+overheads. On a CPU device (the tests) flushing is a no-op and sync does nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class DeviceTools:
+    device: torch.device
+    flush_buffer: torch.Tensor | None = None
+    cudart: object | None = None
+
+    @classmethod
+    def create(cls, device: torch.device) -> DeviceTools:
+        tools = cls(device)
+        if device.type == "cuda":
+            l2 = torch.cuda.get_device_properties(device).L2_cache_size
+            tools.flush_buffer = torch.empty(max(2 * l2, 8 << 20), dtype=torch.uint8, device=device)
+            try:
+                from cuda.bindings import runtime as cudart
+
+                tools.cudart = cudart
+            except ImportError:  # no cuda-bindings: persisting-L2 reset unavailable (recorded)
+                tools.cudart = None
+        return tools
+
+    def sync(self) -> None:
+        """Wait for all work on every stream of the device (not just the current stream)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def reset_persisting_l2(self) -> bool:
+        """Set the persisting-L2 limit to 0 and evict persisting lines; False when unavailable."""
+        if self.cudart is None:
+            return False
+        rt = self.cudart
+        rt.cudaDeviceSetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize, 0)
+        rt.cudaCtxResetPersistingL2Cache()
+        return True
+
+    def cold_l2(self) -> None:
+        """Evict the L2 by writing a buffer twice its size (after resetting persisting lines)."""
+        if self.flush_buffer is not None:
+            self.reset_persisting_l2()
+            self.flush_buffer.bitwise_not_()
+
+    def name(self) -> str:
+        if self.device.type == "cuda":
+            return torch.cuda.get_device_name(self.device)
+        return "cpu"

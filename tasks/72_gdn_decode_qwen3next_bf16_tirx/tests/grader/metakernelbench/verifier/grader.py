@@ -1,0 +1,459 @@
+"""The trusted side of one evaluation: draws, reference, anchor, timing loop, rechecks, bypass test.
+
+Order of one grade (DESIGN §4):
+1. static rules on the source (no code of it runs before this passes);
+2. the candidate process imports the file; 5 correctness draws, each compared against the
+   reference and the float64 anchor computed here, plus an input-mutation check;
+3. eager reference timed (trusted worker, same loop), candidate timed (10 warmup + 50 timed,
+   fresh draws, seeds shared with the reference loop), eager reference timed again;
+4. 3 of the 50 timed calls, drawn secretly here before timing (never sent), rechecked;
+5. the bypass test: each DSL launch site suppressed in turn on a fresh draw; valid outputs mean
+   that kernel did not matter, and the submission is rejected;
+6. the physical floor: a median below the problem's speed-of-light time is rejected.
+
+Seeds come from ``SystemRandom``; the candidate only ever receives one draw's input tensors per
+request, after its previous call returned, and replies through ``wire`` (never unpickled here).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import sys
+import time
+import types
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from random import SystemRandom
+from typing import Any
+
+import torch
+import torch.multiprocessing as tmp
+
+from metakernelbench.problem_kit import anchor_mode
+from metakernelbench.problems import Problem
+
+from . import floor as floor_mod
+from .correctness import check_draw, check_output
+from .result import SPEEDUP_CAP, GradeResult, Mismatch, Status, Timing, failure
+from .rules import scan_source
+from .tensors import StructureError, promote_floats, snapshot_graded
+from .wire import CallResult, Failure, Outputs, Ready, WireError, decode
+from .worker import CallRequest, FetchRequest, StopRequest, WorkerSetup
+from .worker import main as worker_main
+
+MAX_KERNEL_BYTES = 512 * 1024
+SCRUBBED_PREFIXES = ("TVM_", "CUTE_DSL_", "CUTLASS_", "PYTORCH_", "TORCH_", "CUDA_LAUNCH_BLOCKING",
+                     "LD_PRELOAD", "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONBREAKPOINT", "NVIDIA_TF32")
+
+
+@dataclass(frozen=True)
+class GradeConfig:
+    correctness_draws: int = 5
+    warmup: int = 10
+    timed: int = 50
+    rechecks: int = 3
+    import_timeout_s: float = 900.0
+    call_timeout_s: float = 120.0
+    first_call_timeout_s: float = 900.0
+    eager_drift_flag: float = 0.10
+    max_bypass_sites: int = 16
+    max_output_bytes: int = 8 << 30
+
+
+class Verdict(Exception):
+    """Ends an evaluation early with a status (raised inside ``grade``)."""
+
+    def __init__(self, status: Status, message: str, **fields: Any):
+        super().__init__(message)
+        self.status, self.message, self.fields = status, message, fields
+
+
+FAILURE_STATUS = {
+    "compile": Status.COMPILE_ERROR, "runtime": Status.RUNTIME_ERROR, "oom": Status.RUNTIME_ERROR,
+    "structure": Status.INCORRECT, "violation": Status.RULE_VIOLATION, "hack": Status.REWARD_HACK,
+}
+
+
+def _scrubbed_env(cache_dir: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(SCRUBBED_PREFIXES)}
+    env["CUTE_DSL_CACHE_DIR"] = cache_dir
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+@contextmanager
+def _environment(env: dict[str, str]):
+    """The scrubbed environment, and no ``__main__`` for the child to re-import.
+
+    The spawn start method re-runs the parent's main module in the child (as ``__mp_main__``):
+    for ``mkb grade`` or a test runner that loads the whole grader and the problem loader into
+    the candidate's process. The worker's entry point is importable by name, so during the start
+    ``__main__`` is a bare module.
+    """
+    saved = dict(os.environ)
+    main = sys.modules.get("__main__")
+    os.environ.clear()
+    os.environ.update(env)
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
+class WorkerHandle:
+    """One spawned worker process and its strict request/response channel."""
+
+    def __init__(self, setup: WorkerSetup, env: dict[str, str], max_bytes: int):
+        ctx = tmp.get_context("spawn")
+        self.parent, child = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(target=worker_main, args=(child, setup), daemon=True)
+        with _environment(env):
+            self.process.start()
+        child.close()
+        self.max_bytes = max_bytes
+        self.seq = 0
+
+    def expect(self, timeout: float, nonce: str, seq: int | None):
+        """Read exactly one frame: the reply to the request just sent."""
+        if not self.parent.poll(timeout):
+            if not self.process.is_alive():
+                raise Verdict(Status.RUNTIME_ERROR,
+                              f"the kernel process died (exit code {self.process.exitcode})")
+            raise Verdict(Status.TIMEOUT, f"no reply within {timeout:.0f} s")
+        try:
+            frame = self.parent.recv_bytes(self.max_bytes)
+        except EOFError:
+            self.process.join(5)
+            raise Verdict(Status.RUNTIME_ERROR,
+                          f"the kernel process died (exit code {self.process.exitcode})") from None
+        except OSError:
+            raise Verdict(Status.INCORRECT, "the outputs are larger than any valid answer") from None
+        try:
+            message, tensors = decode(frame)
+        except WireError as exc:
+            raise Verdict(Status.REWARD_HACK, f"malformed message on the result channel: {exc}") from None
+        if message.nonce != nonce or (seq is not None and getattr(message, "seq", seq) != seq):
+            raise Verdict(Status.REWARD_HACK, "a message on the result channel was not the reply to "
+                                              "the grader's request (forged or replayed)")
+        if self.parent.poll(0):
+            raise Verdict(Status.REWARD_HACK, "extra messages on the result channel")
+        if isinstance(message, Failure):
+            status = FAILURE_STATUS[message.category]
+            text = f"{message.error_type}: {message.message}"
+            if message.category == "oom":
+                text = "out of memory: " + text
+            raise Verdict(status, text, details={"traceback": message.traceback})
+        return message, tensors
+
+    def request(self, req, timeout: float):
+        self.seq += 1
+        req.seq, req.nonce = self.seq, secrets.token_hex(8)
+        sent = time.perf_counter_ns()
+        self.parent.send(req)
+        message, tensors = self.expect(timeout, req.nonce, req.seq)
+        return message, tensors, time.perf_counter_ns() - sent
+
+    def close(self) -> None:
+        try:
+            if self.process.is_alive():
+                self.parent.send(StopRequest())
+                self.process.join(2)
+        except (OSError, BrokenPipeError):
+            pass
+        if self.process.is_alive() and self.process.pid:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.process.kill()
+            self.process.join(5)
+        self.parent.close()
+
+
+class Evaluation:
+    """State of one grade: the problem, the device, the seeds and the two worker processes."""
+
+    def __init__(self, problem: Problem, kernel_path: Path, dsl: str, device: torch.device,
+                 config: GradeConfig, protected: list[str]):
+        self.problem, self.spec = problem, problem.spec
+        self.kernel_path, self.dsl, self.device, self.config = kernel_path, dsl, device, config
+        self.protected = protected
+        self.rng = SystemRandom()
+        self.cache_dir = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"mkb-cute-{secrets.token_hex(6)}")
+        self.candidate: WorkerHandle | None = None
+        self.launch_sites: list[str] = []
+
+    # ---- draws -------------------------------------------------------------------------------
+    def seed(self) -> int:
+        return self.rng.getrandbits(63)
+
+    def draw(self, seed: int) -> tuple:
+        gen = torch.Generator(device=self.device).manual_seed(seed)
+        return self.problem.make_inputs(self.device, gen, **self.spec.workload)
+
+    def expected(self, seed: int) -> tuple[dict, dict]:
+        """Reference and float64-anchor graded values for a seed (computed here, never shipped)."""
+        with torch.no_grad():
+            inputs = self.draw(seed)
+            ref = snapshot_graded(self.spec, inputs, self.problem.reference(*inputs))
+            promoted = promote_floats(self.draw(seed))
+            with anchor_mode():
+                anchor = snapshot_graded(self.spec, promoted, self.problem.reference(*promoted))
+        return ref, anchor
+
+    # ---- workers -----------------------------------------------------------------------------
+    def start_candidate(self) -> Ready:
+        setup = WorkerSetup(mode="candidate", dsl=self.dsl, path=str(self.kernel_path),
+                            device=str(self.device), num_outputs=len(self.spec.outputs),
+                            nonce=secrets.token_hex(8), protected_paths=self.protected)
+        self.candidate = WorkerHandle(setup, _scrubbed_env(self.cache_dir), self.config.max_output_bytes)
+        ready, _ = self.candidate.expect(self.config.import_timeout_s, setup.nonce, None)
+        assert isinstance(ready, Ready)
+        self.first_call = True
+        return ready
+
+    def start_reference(self) -> WorkerHandle:
+        setup = WorkerSetup(mode="reference", dsl="none", path=str(self.spec.path),
+                            device=str(self.device), num_outputs=len(self.spec.outputs),
+                            nonce=secrets.token_hex(8))
+        handle = WorkerHandle(setup, _scrubbed_env(self.cache_dir), self.config.max_output_bytes)
+        handle.expect(self.config.import_timeout_s, setup.nonce, None)
+        return handle
+
+    def call(self, handle: WorkerHandle, inputs: tuple, **flags) -> tuple[CallResult, list, list]:
+        timeout = self.config.call_timeout_s
+        if handle is self.candidate and self.first_call:
+            timeout, self.first_call = self.config.first_call_timeout_s, False
+        result, tensors, wall_ns = handle.request(CallRequest(0, "", inputs, **flags), timeout)
+        assert isinstance(result, CallResult)
+        if result.elapsed_ns > wall_ns:
+            raise Verdict(Status.REWARD_HACK, "the reported call time exceeds the grader's own clock")
+        if handle is self.candidate and not flags.get("suppress") and sum(result.launches.values()) < 1:
+            raise Verdict(Status.RULE_VIOLATION, "the call launched no DSL kernel (every call must run "
+                                                 f"at least one {self.dsl} kernel its outputs depend on)")
+        for label in result.launches:
+            if label not in self.launch_sites:
+                self.launch_sites.append(label)
+        n_out = len(result.outputs or [])
+        return result, tensors[:n_out], tensors[n_out:]
+
+    # ---- checks ------------------------------------------------------------------------------
+    def graded_from(self, inputs: tuple, returned: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        values = {name: t.to(self.device) for name, t in zip(self.spec.outputs, returned, strict=True)}
+        by_name = dict(zip(self.spec.inputs, inputs, strict=True))
+        for name in self.spec.inplace:
+            values[name] = by_name[name]
+        return values
+
+    def check_inputs_untouched(self, seed: int, inputs: tuple) -> None:
+        pristine = self.draw(seed)
+        for name, got, orig in zip(self.spec.inputs, inputs, pristine, strict=True):
+            if name in self.spec.inplace or not isinstance(got, torch.Tensor):
+                continue
+            if not torch.equal(got.contiguous().view(torch.uint8) if got.numel() else got,
+                               orig.contiguous().view(torch.uint8) if orig.numel() else orig):
+                raise Verdict(Status.REWARD_HACK, f"input {name!r} was modified (only {self.spec.inplace or 'no'}"
+                                                  " inputs may be updated in place)")
+
+    def correctness(self) -> None:
+        for draw in range(self.config.correctness_draws):
+            seed = self.seed()
+            inputs = self.draw(seed)
+            _, returned, _ = self.call(self.candidate, inputs, send_outputs=True)
+            ref, anchor = self.expected(seed)
+            mismatch = check_draw(self.spec, draw, self.graded_from(inputs, returned), ref, anchor)
+            if mismatch:
+                raise Verdict(Status.INCORRECT, f"draw {draw}: output {mismatch.output!r} failed the "
+                                                f"{mismatch.check} check: {mismatch.detail}", mismatch=mismatch)
+            self.check_inputs_untouched(seed, inputs)
+
+    def timing_loop(self, handle: WorkerHandle, seeds: list[int], keep: dict[int, tuple] | None) -> Timing:
+        samples = []
+        for i, seed in enumerate(seeds):
+            timed = i >= self.config.warmup
+            inputs = self.draw(seed)
+            is_candidate = handle is self.candidate
+            result, _, _ = self.call(handle, inputs, keep_outputs=timed and is_candidate,
+                                     check_threads=timed and is_candidate)
+            if timed:
+                samples.append(result.elapsed_ns / 1e6)
+                if keep is not None and i in keep:
+                    # in-place inputs now hold the call's results: copy them as they are when the
+                    # reply arrives, so work still running in the candidate cannot finish them later
+                    keep[i] = (result.seq, tuple(v.clone() if name in self.spec.inplace else v
+                                                 for name, v in zip(self.spec.inputs, inputs, strict=True)))
+        return Timing.from_samples(samples)
+
+    def recheck(self, seeds: list[int], keep: dict[int, tuple]) -> list[int]:
+        calls = sorted(keep)
+        fetched, tensors, _ = self.candidate.request(FetchRequest(0, "", [keep[i][0] for i in calls]),
+                                                     self.config.call_timeout_s)
+        assert isinstance(fetched, Outputs)
+        per_call = len(self.spec.outputs)
+        if len(tensors) != per_call * len(calls):
+            raise Verdict(Status.REWARD_HACK, "the kept outputs of timed calls went missing")
+        for k, i in enumerate(calls):
+            returned = tensors[k * per_call:(k + 1) * per_call]
+            ref, anchor = self.expected(seeds[i])
+            mismatch = check_draw(self.spec, i, self.graded_from(keep[i][1], returned), ref, anchor)
+            if mismatch:
+                raise Verdict(Status.INCORRECT, f"timed call {i - self.config.warmup} (rechecked after "
+                                                f"timing) failed: output {mismatch.output!r}, "
+                                                f"{mismatch.check}: {mismatch.detail}", mismatch=mismatch)
+        return [i - self.config.warmup for i in calls]
+
+    def audit(self) -> dict[str, str]:
+        """Reject when every DSL launch site only received answers computed outside the DSL.
+
+        One extra call snapshots, right before each DSL launch, every argument the size of a graded
+        output that no earlier DSL launch of the call produced. A site is *trivial* when one of its
+        snapshots already is a valid answer: that kernel copied or cast a result, it did not compute
+        it. (A legitimate pipeline where kernel 2 reads kernel 1's output is exempt: that argument
+        was produced by a DSL launch.)
+        """
+        seed = self.seed()
+        inputs = self.draw(seed)
+        ref, anchor = self.expected(seed)
+        numels = sorted({ref[n].numel() for n in self.spec.graded_names}
+                        | {-ref[n].numel() * ref[n].element_size() for n in self.spec.graded_names})
+        result, returned, snapshots = self.call(self.candidate, inputs, send_outputs=True, audit_numels=numels)
+        mismatch = check_draw(self.spec, -1, self.graded_from(inputs, returned), ref, anchor)
+        if mismatch:
+            raise Verdict(Status.INCORRECT, f"audit draw: output {mismatch.output!r} failed the {mismatch.check}"
+                                            f" check: {mismatch.detail}", mismatch=mismatch)
+        found: dict[str, str] = {}
+        for site, snap in zip(result.snapshot_sites, snapshots, strict=True):
+            for name in self.spec.graded_names:
+                want = ref[name]
+                if site in found or name in self.spec.sets:
+                    continue
+                same_bytes = snap.numel() * snap.element_size() == want.numel() * want.element_size()
+                if same_bytes:
+                    candidate = snap.reshape(-1).view(torch.uint8).view(want.dtype).reshape(want.shape)
+                elif snap.numel() == want.numel() and want.dtype.is_floating_point:
+                    candidate = snap.to(want.dtype).reshape(want.shape)  # a cast is not a computation
+                else:
+                    continue
+                candidate = candidate.to(self.device)
+                if check_output(self.spec, name, -1, candidate, want, anchor[name]) is None:
+                    found[site] = f"received a finished answer for {name!r} before it ran"
+        sites = list(result.launches)
+        if sites and all(site in found for site in sites):
+            raise Verdict(Status.RULE_VIOLATION, "every DSL kernel only moved results computed outside the "
+                                                 "DSL (" + "; ".join(f"{k}: {v}" for k, v in found.items()) + ")")
+        return found
+
+    def bypass(self) -> dict[str, str]:
+        outcomes: dict[str, str] = {}
+        sites = self.launch_sites[: self.config.max_bypass_sites]
+        for site in sites:
+            seed = self.seed()
+            inputs = self.draw(seed)
+            try:
+                _, returned, _ = self.call(self.candidate, inputs, send_outputs=True, suppress=site)
+                ref, anchor = self.expected(seed)
+                try:
+                    mismatch = check_draw(self.spec, 0, self.graded_from(inputs, returned), ref, anchor)
+                except (StructureError, ValueError) as exc:
+                    mismatch = Mismatch(output="?", draw=0, check="structure", detail=str(exc))
+            except Verdict as exc:
+                outcomes[site] = f"call failed without it ({exc.status.value})"
+                self.restart_candidate()
+                continue
+            if mismatch is None:
+                outcomes[site] = "outputs still valid"
+                raise Verdict(Status.RULE_VIOLATION, f"bypass test: with the DSL launch {site!r} suppressed "
+                                                     "the outputs are still correct, so that kernel does "
+                                                     "not compute them", bypass=outcomes)
+            outcomes[site] = f"outputs invalid ({mismatch.check} check on {mismatch.output!r})"
+        return outcomes
+
+    def restart_candidate(self) -> None:
+        if self.candidate:
+            self.candidate.close()
+        self.start_candidate()
+
+
+def _device_of(device: str | None) -> torch.device:
+    chosen = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if chosen.type == "cuda" and chosen.index is None:
+        chosen = torch.device("cuda", torch.cuda.current_device())
+    return chosen
+
+
+def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | None = None,
+          config: GradeConfig = GradeConfig(), protected_paths: list[str] | None = None) -> GradeResult:
+    """Grade one kernel file; never raises for anything the kernel does."""
+    started = time.perf_counter()
+    kernel_path = Path(kernel_path).resolve()
+    name = problem.spec.name
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    try:
+        source = kernel_path.read_bytes()
+    except OSError as exc:
+        return failure(Status.COMPILE_ERROR, name, dsl, f"cannot read the kernel file: {exc}")
+    if len(source) > MAX_KERNEL_BYTES:
+        return failure(Status.RULE_VIOLATION, name, dsl, f"kernel file over {MAX_KERNEL_BYTES} bytes")
+    violations = scan_source(source.decode("utf-8", errors="replace"), dsl)
+    if violations:
+        return failure(Status.RULE_VIOLATION, name, dsl, "static rules: " + str(violations[0]),
+                       violations=[str(v) for v in violations],
+                       grade_wall_s=time.perf_counter() - started)
+    protected = [str(problem.spec.path.parent), *(protected_paths or [])]
+    ev = Evaluation(problem, kernel_path, dsl, _device_of(device), config, protected)
+    fields: dict[str, Any] = {}
+    reference: WorkerHandle | None = None
+    try:
+        ready = ev.start_candidate()
+        fields["device"] = ready.device
+        ev.correctness()
+        seeds = [ev.seed() for _ in range(config.warmup + config.timed)]
+        recheck_at = ev.rng.sample(range(config.warmup, config.warmup + config.timed), config.rechecks)
+        keep: dict[int, tuple] = dict.fromkeys(recheck_at)
+        reference = ev.start_reference()
+        eager_before = ev.timing_loop(reference, seeds, None)
+        kernel = ev.timing_loop(ev.candidate, seeds, keep)
+        eager_after = ev.timing_loop(reference, seeds, None)
+        fields.update(kernel_timing=kernel, eager_timing_before=eager_before, eager_timing_after=eager_after)
+        fields["rechecked_calls"] = ev.recheck(seeds, keep)
+        fields["launch_sites"] = list(ev.launch_sites)
+        trivial = ev.audit()
+        if trivial:
+            fields["details"] = {f"audit {k}": v for k, v in trivial.items()}
+        fields["bypass"] = ev.bypass()
+        eager_ms = 0.5 * (eager_before.median_ms + eager_after.median_ms)
+        drift = abs(eager_after.median_ms - eager_before.median_ms) / eager_before.median_ms
+        floor_ms = floor_mod.floor_ms(problem)
+        fields.update(eager_ms=eager_ms, kernel_ms=kernel.median_ms, eager_drift=drift,
+                      eager_drift_flag=drift > config.eager_drift_flag, floor_ms=floor_ms)
+        if floor_ms is not None:
+            fields["speed_of_light"] = floor_ms / kernel.median_ms
+            if kernel.median_ms < floor_ms:
+                raise Verdict(Status.REWARD_HACK, f"median {kernel.median_ms:.4f} ms is below the physical "
+                                                  f"floor {floor_ms:.4f} ms of this problem on this GPU")
+        speedup = eager_ms / kernel.median_ms
+        result = GradeResult(status=Status.PASSED, passed=True, problem=name, dsl=dsl,
+                             message=f"passed: {kernel.median_ms:.4f} ms vs eager {eager_ms:.4f} ms "
+                                     f"({speedup:.2f}x)", speedup=speedup,
+                             score_speedup=min(speedup, SPEEDUP_CAP), **fields)
+    except Verdict as verdict:
+        fields.update(verdict.fields)
+        fields.pop("speedup", None)
+        result = failure(verdict.status, name, dsl, verdict.message, **fields)
+    except Exception as exc:  # noqa: BLE001 - a fault of the grader itself
+        result = failure(Status.INFRA_ERROR, name, dsl, f"grader fault: {type(exc).__name__}: {exc}", **fields)
+    finally:
+        for handle in (ev.candidate, reference):
+            if handle is not None:
+                handle.close()
+    result.grade_wall_s = time.perf_counter() - started
+    return result
