@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Create .venv with Python >= 3.12 and install MetaKernelBench with both DSLs and the dev tools.
+# Idempotent: re-running only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pick_python() {
+  for candidate in "${PYTHON:-}" python3.12 python3.13 python3; do
+    [ -n "$candidate" ] || continue
+    if command -v pyenv >/dev/null 2>&1 && [ "$candidate" = python3.12 ]; then
+      path=$(PYENV_VERSION=3.12.1 pyenv which python3.12 2>/dev/null || true)
+      [ -n "$path" ] && { echo "$path"; return; }
+    fi
+    if command -v "$candidate" >/dev/null 2>&1 &&
+       "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+      command -v "$candidate"; return
+    fi
+  done
+  echo "MetaKernelBench needs Python >= 3.12 (set PYTHON=/path/to/python3.12)" >&2
+  exit 1
+}
+if [ ! -x .venv/bin/python ]; then
+  "$(pick_python)" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[cutedsl,tirx,dev]"
+.venv/bin/python -c 'import metakernelbench, torch, cutlass, tvm, harbor; print("setup ok: torch", torch.__version__, "tvm", tvm.__version__)'
