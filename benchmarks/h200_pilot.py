@@ -13,11 +13,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import multiprocessing
 import subprocess
 import sys
 import tempfile
 import time
 import tomllib
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
@@ -82,28 +84,46 @@ def run_oracles(config, results):
                                  "PASSED"))
 
 
-def run_controls(config, results, workdir: Path):
+def _grade_job(job: tuple) -> tuple:
+    """One grade in a pool process (controls and exploits: their verdicts, not their timings, matter)."""
+    problem_id, path, dsl, config = job
+    return job, grade(find_problem(problem_id), path, dsl, config=config)
+
+
+def _run_pool(jobs: list[tuple], parallel: int):
+    if parallel <= 1:
+        return [_grade_job(job) for job in jobs]
+    with ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(_grade_job, jobs))
+
+
+def run_controls(config, results, workdir: Path, parallel: int):
+    jobs, meta = [], {}
     for pid in PILOTS:
         problem = find_problem(pid)
         dsl = CONTROL_DSL[pid]
         for kind, path in write_controls(problem, dsl, "cuda", workdir / "controls").items():
-            result = grade(problem, path, dsl, config=config)
-            results.append(entry("control", f"{problem.spec.name}_{dsl}:{kind}", result,
-                                 EXPECTED.get(kind, "INCORRECT"), control=kind))
+            jobs.append((pid, str(path), dsl, config))
+            meta[str(path)] = (f"{problem.spec.name}_{dsl}:{kind}", kind)
+    for job, result in _run_pool(jobs, parallel):
+        task, kind = meta[job[1]]
+        results.append(entry("control", task, result, EXPECTED.get(kind, "INCORRECT"), control=kind,
+                             parallel=parallel))
 
 
-def run_exploits(config, results):
+def run_exploits(config, results, parallel: int):
     manifest = REPO_ROOT / "tests" / "exploits" / "manifest.toml"
     if not manifest.exists():
         return
+    items = {}
     for item in tomllib.loads(manifest.read_text()).get("exploit", []):
-        if item.get("device") != "cuda":
-            continue
-        problem = find_problem(item["problem"])
-        path = manifest.parent / item["file"]
-        result = grade(problem, path, item["dsl"], config=config)
+        if item.get("device") == "cuda":
+            items[str(manifest.parent / item["file"])] = item
+    jobs = [(item["problem"], path, item["dsl"], config) for path, item in items.items()]
+    for job, result in _run_pool(jobs, parallel):
+        item = items[job[1]]
         results.append(entry("exploit" if item["expected"] != "PASSED" else "exploit-control",
-                             item["file"], result, item["expected"]))
+                             item["file"], result, item["expected"], parallel=parallel))
 
 
 def main() -> None:
@@ -111,6 +131,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "results" / "h200" / "pilot.json")
     parser.add_argument("--quick", action="store_true", help="reduced counts (smoke test, not the record)")
     parser.add_argument("--only", default="oracles,controls,exploits")
+    parser.add_argument("--parallel", type=int, default=1,
+                        help="grade controls and exploits this many at a time (oracles always one at a time)")
+    parser.add_argument("--quick-rejections", action="store_true",
+                        help="reduced counts for controls and exploits only (they are judged on verdicts)")
     args = parser.parse_args()
     config = QUICK if args.quick else GradeConfig()
     parts = args.only.split(",")
@@ -119,16 +143,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if "oracles" in parts:
             run_oracles(config, results)
+        reject_config = QUICK if args.quick_rejections else config
         if "controls" in parts:
-            run_controls(config, results, Path(tmp))
+            run_controls(reject_config, results, Path(tmp), args.parallel)
         if "exploits" in parts:
-            run_exploits(config, results)
+            run_exploits(reject_config, results, args.parallel)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT).stdout
     record = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "commit": commit.strip() or "unknown", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-        "config": config.__dict__ if hasattr(config, "__dict__") else str(config),
+        "config": {"oracles": config.__dict__,
+                   "controls_and_exploits": (QUICK if args.quick_rejections else config).__dict__,
+                   "parallel": args.parallel},
         "harness_overhead": harness_overhead(), "total_wall_s": round(time.time() - started, 1),
         "summary": {
             "oracles_passed": sum(r["status"] == "PASSED" for r in results if r["kind"] == "oracle"),
