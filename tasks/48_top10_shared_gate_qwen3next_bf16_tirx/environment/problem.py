@@ -18,7 +18,9 @@ PROVENANCE = dict(
     model="Qwen3-Next-80B-A3B",
     upstream="nvidia/SOL-ExecBench L2/061_sparse_moe_routing_and_experts, workload index 4",
     license="math and shapes only (SOL-ExecBench data is not redistributed); reference written here",
-    notes="Router logits in fp32 as upstream (the source multiplies in bf16); tokens are redrawn until "
+    notes="Measured on the H200 (benchmarks/h200_problems.py): the eager reference took 27.4 ms per call at"
+    " the previous workload, above the 20 ms ceiling; cut to batch 64 -> 32. "
+    "Router logits in fp32 as upstream (the source multiplies in bf16); tokens are redrawn until "
     "the 10th and 11th routing probabilities differ by >= 1e-5. The reference runs all 512 experts as "
     "padded bf16 bmm's (a per-expert Python loop is launch-bound at ~25 ms); padding rows are zero. "
     "The source's bf16 index_add accumulates in expert order; here that order is made explicit.",
@@ -43,7 +45,7 @@ def _route(logits, top_k):
     return index, values / values.sum(dim=-1, keepdim=True), top.values[:, top_k - 1] - top.values[:, top_k]
 
 
-def make_inputs(device, generator, *, batch=64, seqlen=613, hidden=2048, experts=512, inter=512):
+def make_inputs(device, generator, *, batch=32, seqlen=613, hidden=2048, experts=512, inter=512):
     def randn(*shape, std=1.0):
         return (std * torch.randn(*shape, device=device, generator=generator)).to(torch.bfloat16)
 

@@ -19,7 +19,10 @@ PROVENANCE = dict(
     upstream="flashinfer-ai/flashinfer-trace definitions/gqa_ragged/gqa_ragged_prefill_causal_h8_kv1_d256.json "
     "(workload record 96ee50a6-c16e-4231-9253-e4565ed6213d)",
     license="Apache-2.0",
-    notes="The captured query lengths are not redistributed; a fixed ragged profile with the captured "
+    notes="Measured on the H200 (benchmarks/h200_problems.py): the eager reference took 28.3 ms per call at"
+    " the previous workload, above the 20 ms ceiling; cut to batch 63 -> 31, total_tokens 3053 -> "
+    "1502, total_prefix 1788 -> 880. "
+    "The captured query lengths are not redistributed; a fixed ragged profile with the captured "
     "statistics (63 sequences, 13..102 query tokens, 3053 in total) stands in, with fixed prefix "
     "lengths 0..64 summing to 1788 as in the upstream problem.",
 )
@@ -58,8 +61,8 @@ def profiles(batch, total_tokens, min_len, max_len, total_prefix, max_prefix):
     return q_lengths, prefix
 
 
-def make_inputs(device, generator, *, batch=63, heads=8, kv_heads=1, head_dim=256, total_tokens=3053, min_len=13,
-                max_len=102, total_prefix=1788, max_prefix=64):
+def make_inputs(device, generator, *, batch=31, heads=8, kv_heads=1, head_dim=256, total_tokens=1502, min_len=13,
+                max_len=102, total_prefix=880, max_prefix=64):
     q_lengths, prefix = profiles(batch, total_tokens, min_len, max_len, total_prefix, max_prefix)
     qo_indptr = torch.zeros(batch + 1, dtype=torch.int32)
     qo_indptr[1:] = torch.cumsum(q_lengths, 0).to(torch.int32)

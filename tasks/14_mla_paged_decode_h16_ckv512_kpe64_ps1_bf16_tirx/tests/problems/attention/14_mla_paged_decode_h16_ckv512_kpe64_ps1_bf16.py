@@ -19,7 +19,10 @@ PROVENANCE = dict(
     upstream="flashinfer-ai/flashinfer-trace definitions/mla_paged/mla_paged_decode_h16_ckv512_kpe64_ps1.json "
     "(workload record 5bef8d88-0f74-4ccb-a256-b02842951df3)",
     license="Apache-2.0",
-    notes="The captured kv_indptr is not redistributed; a fixed ragged length profile with the "
+    notes="Measured on the H200 (benchmarks/h200_problems.py): the eager reference took 28.6 ms per call at"
+    " the previous workload, above the 20 ms ceiling; cut to batch 64 -> 31, total_tokens 75145 -> "
+    "36400. "
+    "The captured kv_indptr is not redistributed; a fixed ragged length profile with the "
     "captured statistics (64 sequences, 510..9197 tokens, 75145 in total) stands in for it.",
 )
 INPUTS = ("q_nope", "q_pe", "ckv_cache", "kpe_cache", "kv_indptr", "kv_indices", "sm_scale")
@@ -51,8 +54,8 @@ def ragged_profile(count, lo, hi, total, seed):
     return torch.tensor(lengths, dtype=torch.int64)
 
 
-def make_inputs(device, generator, *, batch=64, heads=16, rank=512, rope_dim=64, num_pages=989669,
-                total_tokens=75145, min_len=510, max_len=9197):
+def make_inputs(device, generator, *, batch=31, heads=16, rank=512, rope_dim=64, num_pages=989669,
+                total_tokens=36400, min_len=510, max_len=9197):
     lengths = ragged_profile(batch, min_len, max_len, total_tokens, seed=114)
     kv_indptr = torch.zeros(batch + 1, dtype=torch.int32)
     kv_indptr[1:] = torch.cumsum(lengths, 0).to(torch.int32)

@@ -19,7 +19,9 @@ PROVENANCE = dict(
     upstream="nvidia/SOL-ExecBench L2/012_moe_expert_batched_execution_with_capacity_factor, "
     "workload index 8",
     license="math and shapes only (SOL-ExecBench data is not redistributed); reference written here",
-    notes="The GEMMs run as bf16 GEMMs with fp32 accumulation (as in the source). The source's bf16 "
+    notes="Measured on the H200 (benchmarks/h200_problems.py): the eager reference took 21.4 ms per call at"
+    " the previous workload, above the 20 ms ceiling; cut to tokens 8192 -> 5120. "
+    "The GEMMs run as bf16 GEMMs with fp32 accumulation (as in the source). The source's bf16 "
     "index_add has no defined order for a token's 8 contributions; here they are added in ascending "
     "expert order (the order the sorted assignments list them in), so the reference is deterministic.",
 )
@@ -34,7 +36,7 @@ def _bf16(t):
     return round_to(t, torch.bfloat16)
 
 
-def make_inputs(device, generator, *, tokens=8192, hidden=6144, inter=2560, experts=160, top_k=8):
+def make_inputs(device, generator, *, tokens=5120, hidden=6144, inter=2560, experts=160, top_k=8):
     def randn(*shape, std=1.0):
         return std * torch.randn(*shape, device=device, generator=generator)
 

@@ -19,7 +19,9 @@ PROVENANCE = dict(
     model="Nemotron-H-47B",
     upstream="nvidia/SOL-ExecBench L2/058_mamba2_selective_scan, workload index 7",
     license="math and shapes only (SOL-ExecBench data is not redistributed); reference written here",
-    notes="bf16 roundings follow the source module (GEMM outputs, conv, SiLU steps, softplus, the "
+    notes="Measured on the H200 (benchmarks/h200_problems.py): the eager reference took 20.2 ms per call at"
+    " the previous workload, above the 20 ms ceiling; cut to batch 8 -> 6. "
+    "bf16 roundings follow the source module (GEMM outputs, conv, SiLU steps, softplus, the "
     "scan output, norm, gate); the GEMMs run as bf16 GEMMs with fp32 accumulation. The scan is "
     "written per 128-token chunk with a sequential carry over the 4 chunks. The norm is applied "
     "before the SiLU(z) gate, as described for the source.",
@@ -34,7 +36,7 @@ CONV = 4
 GROUPS = 8  # B/C groups, also the gated-norm groups (16384 / 8 = 2048 channels each)
 
 
-def make_inputs(device, generator, *, batch=8, seqlen=512, hidden=8192, heads=256, head_dim=64, state=256):
+def make_inputs(device, generator, *, batch=6, seqlen=512, hidden=8192, heads=256, head_dim=64, state=256):
     def randn(*shape, std=1.0, mean=0.0):
         return (mean + std * torch.randn(*shape, device=device, generator=generator)).to(torch.bfloat16)
 

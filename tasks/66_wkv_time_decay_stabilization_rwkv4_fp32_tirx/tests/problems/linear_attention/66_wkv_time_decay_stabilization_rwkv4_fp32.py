@@ -15,7 +15,9 @@ PROVENANCE = dict(
     model="RWKV (source tag RWKV-v7-1.5B; the math is the RWKV-4 WKV)",
     upstream="nvidia/SOL-ExecBench L1/094_time_decay_exponential_stabilization, workload index 6",
     license="math and shapes only (SOL-ExecBench data is not redistributed); reference written here",
-    notes="Sequence length cut from 1721 to 80 steps: the eager reference launches ~20 kernels "
+    notes="Measured on the H200 (benchmarks/h200_problems.py): the eager reference took 24.5 ms per call at"
+    " the previous workload, above the 20 ms ceiling; cut to steps 80 -> 48. "
+    "Sequence length cut from 1721 to 80 steps: the eager reference launches ~20 kernels "
     "per step (128 steps measured 27-30 ms on the H200), and the benchmark's ceiling is 20 ms.",
 )
 INPUTS = ("time_decay", "key", "time_first", "value", "max_state", "num_state", "den_state")
@@ -23,7 +25,7 @@ OUTPUTS = ("output", "max_state_out", "num_state_out", "den_state_out")
 SMALL_WORKLOAD = dict(batch=2, steps=5, channels=64)
 
 
-def make_inputs(device, generator, *, batch=64, steps=80, channels=2048):
+def make_inputs(device, generator, *, batch=64, steps=48, channels=2048):
     def rand(*shape):
         return torch.rand(*shape, device=device, generator=generator)
 
