@@ -4,5 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/ruff check .
 .venv/bin/mkb build --check
-.venv/bin/harbor lint tasks
+.venv/bin/harbor lint tasks/*
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

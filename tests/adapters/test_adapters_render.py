@@ -219,10 +219,6 @@ def test_vendored_grader_is_self_contained(built):
     assert lines[2] == T28
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "metakernelbench/cli.py re-raises ModuleNotFoundError when a part's parent package is absent "
-    "(exc.name is 'metakernelbench.adapters', not '...adapters.cli'), so `mkb` cannot start from the "
-    "vendored grader; when cli.py is fixed this test passes: remove this marker"))
 def test_vendored_grader_runs_mkb(built):
     out, _ = built
     grader = out / f"{T28}_cutedsl/tests/grader"

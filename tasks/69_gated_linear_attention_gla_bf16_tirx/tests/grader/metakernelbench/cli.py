@@ -23,7 +23,8 @@ for _name in _PARTS:
     try:
         _module = importlib.import_module(_name)
     except ModuleNotFoundError as exc:
-        if exc.name != _name:
+        # the part itself (or its parent package, as in the vendored grader) is absent: skip it
+        if exc.name is None or not (_name == exc.name or _name.startswith(exc.name + ".")):
             raise
         continue
     _module.register(app)

@@ -54,6 +54,7 @@ class Guard:
     dsl: str
     violations: list[str] = field(default_factory=list)
     armed: bool = False
+    gate: object = None
     _busy: threading.local = field(default_factory=threading.local)
 
     def _blocked_module(self, name: str) -> bool:
@@ -117,6 +118,26 @@ class Guard:
                 self._refuse(event)
 
 
+class ImportGate:
+    """A meta-path finder that refuses forbidden modules imported on the submission's behalf.
+
+    ``importlib.import_module`` (and so ``pkgutil.resolve_name``, ``runpy``, ``pydoc.locate``,
+    ``unittest.mock``...) raises no ``import`` audit event, but every import asks the meta-path
+    finders. Requests whose nearest non-standard-library caller is the submission are refused;
+    libraries probing for optional packages (``importlib.util.find_spec("triton")``) are not.
+    """
+
+    def __init__(self, guard: Guard):
+        self.guard = guard
+
+    def find_spec(self, name, path=None, target=None):
+        guard = self.guard
+        if guard.armed and guard._blocked_module(name) and \
+                guard._nearest_library_frame_is_submission(sys._getframe(1)):
+            guard._refuse(f"import of {name}")
+        return None
+
+
 def _is_stdlib(filename: str) -> bool:
     if filename.startswith("<frozen "):
         return True
@@ -129,6 +150,8 @@ def install_guard(submission_file: str, protected_paths: list[str], dsl: str) ->
     guard = Guard(os.path.realpath(submission_file),
                   tuple(os.path.realpath(p) for p in protected_paths if p), dsl)
     sys.addaudithook(guard)
+    guard.gate = ImportGate(guard)
+    sys.meta_path.insert(0, guard.gate)
     return guard
 
 
