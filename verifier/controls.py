@@ -105,6 +105,8 @@ def _like(src, want):
 def solve(*inputs):
     outs = _outputs_tuple(reference(*_clone(inputs)))
     tensors = [v for v in inputs if isinstance(v, torch.Tensor) and v.numel()]
+    for i in _INPLACE:  # in-place outputs: their own unchanged bytes, through the DSL copy
+        inputs[i].copy_(dsl_copy(inputs[i]))
     return _emit(tuple(_like(tensors[0], o) for o in outs))
 ''',
     "eager_no_dsl": '''
