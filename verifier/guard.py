@@ -1,4 +1,4 @@
-"""Runtime guards inside the candidate process: an audit hook and an integrity snapshot.
+"""Runtime guards inside the candidate process: an audit hook, an import gate and an integrity snapshot.
 
 The static scan (``rules``) is the first line; these catch what it cannot see statically
 (dynamic imports, calls hidden in strings). A Python audit hook cannot be removed once added, so
@@ -10,7 +10,12 @@ it outlives anything the submission does in Python. It refuses:
 
 Refusals raise inside the submission and are also recorded, so a submission that swallows the
 exception is still reported. Events from library code (the DSL compilers legitimately inspect
-frames) are allowed: only events whose nearest Python caller is the submission file count.
+frames) are allowed: only events whose nearest Python caller is the submission file count, and for
+thread and process starts the nearest caller outside the standard library (a thread started by
+``logging.handlers.QueueListener`` on the submission's behalf is the submission's thread).
+
+``importlib.import_module`` raises no ``import`` audit event, so a meta-path finder (``ImportGate``)
+refuses the same modules when the submission asks for them through importlib-based helpers.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ class Guard:
     dsl: str
     violations: list[str] = field(default_factory=list)
     armed: bool = False
+    gate: object = None
     _busy: threading.local = field(default_factory=threading.local)
 
     def _blocked_module(self, name: str) -> bool:
@@ -117,6 +123,26 @@ class Guard:
                 self._refuse(event)
 
 
+class ImportGate:
+    """A meta-path finder that refuses forbidden modules imported on the submission's behalf.
+
+    ``importlib.import_module`` (and so ``pkgutil.resolve_name``, ``runpy``, ``pydoc.locate``,
+    ``unittest.mock``...) raises no ``import`` audit event, but every import asks the meta-path
+    finders. Requests whose nearest non-standard-library caller is the submission are refused;
+    libraries probing for optional packages (``importlib.util.find_spec("triton")``) are not.
+    """
+
+    def __init__(self, guard: Guard):
+        self.guard = guard
+
+    def find_spec(self, name, path=None, target=None):
+        guard = self.guard
+        if guard.armed and guard._blocked_module(name) and \
+                guard._nearest_library_frame_is_submission(sys._getframe(1)):
+            guard._refuse(f"import of {name}")
+        return None
+
+
 def _is_stdlib(filename: str) -> bool:
     if filename.startswith("<frozen "):
         return True
@@ -129,6 +155,8 @@ def install_guard(submission_file: str, protected_paths: list[str], dsl: str) ->
     guard = Guard(os.path.realpath(submission_file),
                   tuple(os.path.realpath(p) for p in protected_paths if p), dsl)
     sys.addaudithook(guard)
+    guard.gate = ImportGate(guard)
+    sys.meta_path.insert(0, guard.gate)
     return guard
 
 

@@ -9,6 +9,10 @@ at a time; if the outputs are still valid, that site's kernel did not matter.
 A submission that launches through some private path escapes the counter, which only hurts it:
 every call must show at least one counted DSL launch.
 
+The TIRx compile entry points also audit the module they are given: extern, packed and raw-source
+calls (``T.call_extern``, ``T.cuda.func_call(source_code=...)``, ...) leave the DSL however the
+submission assembled them, so they are refused before compiling.
+
 Entry points (from the DSL sources, see notes/dsl-cute.md §8 and dsl-tirx.md §11):
 - CuTe DSL 4.8: ``JitCompiledFunction.__call__`` / ``.run_compiled_program`` (direct ``@cute.jit``
   calls end there too) and the TVM-FFI subclasses' ``__call__``.

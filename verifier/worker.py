@@ -233,6 +233,8 @@ class Worker:
         if _critical_callables() != self.integrity:
             changed = [k for k, v in _critical_callables().items() if self.integrity.get(k) != v]
             raise CallFailed("hack", f"timing or result functions were replaced: {changed}")
+        if not any(finder is self.guard.gate for finder in sys.meta_path):
+            raise CallFailed("hack", "the import gate was removed from sys.meta_path")
         if len(self.guard.violations) > self.seen_violations:
             self.seen_violations = len(self.guard.violations)
             raise CallFailed("violation", "; ".join(self.guard.violations))
