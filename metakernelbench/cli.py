@@ -16,6 +16,7 @@ def _root() -> None:
 # Each module defines ``register(app)``; a part that is not installed simply adds no commands.
 _PARTS = (
     "metakernelbench.verifier.cli",
+    "metakernelbench.verifier.judge.cli",
     "metakernelbench.adapters.cli",
     "metakernelbench.skill_transfer.cli",
 )

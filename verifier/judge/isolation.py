@@ -1,0 +1,488 @@
+"""Where one evaluation runs: a fresh container (Docker SDK) or a fresh process tree (no Docker).
+
+Nothing a submission writes may reach a later evaluation, or the eager baseline timed in the same
+evaluation: a ``.pth`` file, a patched package, a daemon left running on the GPU.
+
+- ``DockerIsolation``: every evaluation gets a new container of the DSL's grader image (no network,
+  one GPU, a non-root user, limits on memory and processes), removed afterwards with everything it
+  wrote and every process it left.
+- ``SubprocessIsolation``: every evaluation gets a new runner process in a fresh directory (its own
+  HOME and TMPDIR, user site-packages off). Run by root, the runner drops to a dedicated unprivileged
+  uid per device slot, so the submission cannot write to the installed packages, the repository or
+  the judge's files, nor signal the judge; every process of that uid is killed afterwards. Run by
+  another user it cannot drop, so after each evaluation the import roots are scanned for files
+  created or changed during it: any is a REWARD_HACK verdict, and the judge refuses to evaluate
+  further until they are removed. Leftover processes are found by a marker in their environment.
+
+Both read the runner's report (``runner``) and apply the same blame rule (``outcome_without_result``):
+a failure before the submission's code could run is an infrastructure fault (never charged); after
+it, a grader that was killed, stopped, timed out or went silent is a charged verdict.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import secrets
+import shutil
+import signal
+import site
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..result import Status, failure
+
+EVAL_MARKER = "MKB_EVAL_ID"
+BASE_EVAL_UID = 61000
+# the judge's own secrets never reach an evaluation
+_ENV_DENY_PREFIXES = ("MKB_JUDGE", "MKB_ATTEMPT", "MKB_EVAL")
+
+
+@dataclass(frozen=True)
+class GradeSettings:
+    """How evaluations are graded: the contract's counts (smaller only in tests) and the wall limit."""
+
+    small: bool = False
+    draws: int | None = None
+    warmup: int | None = None
+    timed: int | None = None
+    rechecks: int | None = None
+    wall_limit_s: float = 1800.0
+
+    def runner_flags(self) -> list[str]:
+        flags = ["--small"] if self.small else []
+        for name in ("draws", "warmup", "timed", "rechecks"):
+            value = getattr(self, name)
+            if value is not None:
+                flags += [f"--{name}", str(value)]
+        return flags
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    submission_id: int
+    problem: str
+    dsl: str
+    source: bytes
+
+
+@dataclass
+class EvalOutcome:
+    result: dict[str, Any]
+    charged: bool
+    log_tail: str = ""
+
+
+class Isolation(Protocol):
+    name: str
+
+    def evaluate(self, req: EvalRequest, device: str, slot: int,
+                 on_stage: Callable[[str], None]) -> EvalOutcome: ...
+
+
+@dataclass
+class RunnerReport:
+    """What the runner said on its report channel."""
+
+    stages: list[str] = field(default_factory=list)
+    result: dict | None = None
+    infra: str | None = None
+
+    def feed(self, line: str, on_stage: Callable[[str], None] | None = None) -> None:
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(obj, dict):
+            return
+        if isinstance(obj.get("stage"), str):
+            self.stages.append(obj["stage"])
+            if on_stage:
+                on_stage(obj["stage"])
+        if isinstance(obj.get("result"), dict):
+            self.result = obj["result"]
+        if isinstance(obj.get("infra"), str):
+            self.infra = obj["infra"]
+
+    @property
+    def grading(self) -> bool:
+        return "grading" in self.stages
+
+
+def outcome_without_result(req: EvalRequest, report: RunnerReport, how: str, log_tail: str = "",
+                           timed_out: bool = False, stopped: bool = False,
+                           signalled: int | None = None) -> EvalOutcome:
+    """The verdict when the runner produced no result, with the blame rule of the module docstring."""
+    if not report.grading:
+        reason = report.infra or how
+        res = failure(Status.INFRA_ERROR, req.problem, req.dsl,
+                      f"the grader could not start ({reason}); this submission is not charged")
+        return EvalOutcome(res.model_dump(mode="json"), charged=False, log_tail=log_tail)
+    if timed_out:
+        status, msg = Status.TIMEOUT, f"the evaluation did not finish within its wall limit ({how})"
+    elif stopped:
+        status, msg = Status.REWARD_HACK, "the grading process was stopped while your code ran"
+    elif signalled is not None:
+        status, msg = Status.REWARD_HACK, (f"the grading process was killed (signal {signalled}) while your "
+                                           "code ran; a submission may not signal the grader")
+    else:
+        status, msg = Status.RUNTIME_ERROR, f"the grading process ended without a verdict while your code ran ({how})"
+    return EvalOutcome(failure(status, req.problem, req.dsl, msg).model_dump(mode="json"), charged=True,
+                       log_tail=log_tail)
+
+
+def outcome_from_result(result: dict) -> EvalOutcome:
+    return EvalOutcome(result, charged=result.get("status") != Status.INFRA_ERROR.value)
+
+
+# ---- process helpers (Linux /proc) ----------------------------------------------------------------
+def _proc_state(pid: int) -> str | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rfind(")") + 2:].split(" ", 1)[0]
+
+
+def _pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _uid_of(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _has_marker(pid: int, marker: bytes) -> bool:
+    try:
+        return marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def kill_leftovers(marker: str, uid: int | None) -> list[int]:
+    """SIGKILL every process of this evaluation: by its dedicated uid, else by its environment marker."""
+    me = os.getpid()
+    token = f"{EVAL_MARKER}={marker}".encode()
+    killed = []
+    for _ in range(5):  # processes may fork while we look: repeat until none is left
+        found = [p for p in _pids() if p != me and ((uid is not None and _uid_of(p) == uid)
+                                                    or (uid is None and _has_marker(p, token)))]
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.05)
+    for pid in killed:  # orphans re-parented to the judge (a subreaper) are reaped here
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+    return killed
+
+
+def import_roots() -> list[Path]:
+    """Directories Python imports from in an evaluation: site-packages, the repository, user site."""
+    roots = {Path(p) for p in (sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib")) if p}
+    roots |= {Path(p) for p in site.getsitepackages()}
+    roots |= {Path(p) for p in sys.path if p and Path(p).is_dir() and not p.endswith(".zip")}
+    import metakernelbench
+
+    roots.add(Path(metakernelbench.__file__).resolve().parent.parent)
+    return sorted(r.resolve() for r in roots if r.is_dir())
+
+
+def changed_since(roots: list[Path], since_ns: int, limit: int = 20) -> list[str]:
+    """Files or folders under ``roots`` whose inode changed at or after ``since_ns`` (ctime)."""
+    found: list[str] = []
+    seen: set[tuple[int, int]] = set()
+
+    def walk(path: str) -> None:
+        try:
+            it = os.scandir(path)
+        except OSError:
+            return
+        with it:
+            for entry in it:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if st.st_ctime_ns >= since_ns and "__pycache__" not in entry.path:
+                    found.append(entry.path)
+                    if len(found) >= limit:
+                        return
+                if entry.is_dir(follow_symlinks=False) and (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    walk(entry.path)
+                    if len(found) >= limit:
+                        return
+
+    for root in roots:
+        try:
+            if root.stat().st_ctime_ns >= since_ns:
+                found.append(str(root))
+        except OSError:
+            continue
+        walk(str(root))
+    return found[:limit]
+
+
+def _child_env(marker: str, home: Path, tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_DENY_PREFIXES)}
+    env.update({EVAL_MARKER: marker, "HOME": str(home), "TMPDIR": str(tmp), "PYTHONNOUSERSITE": "1",
+                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+class SubprocessIsolation:
+    """A fresh runner process per evaluation (see the module docstring)."""
+
+    name = "subprocess"
+
+    def __init__(self, work_root: Path, settings: GradeSettings, problems_root: Path | None = None,
+                 drop_privileges: bool | None = None, watch_imports: bool | None = None):
+        self.work_root = Path(work_root)
+        self.work_root.mkdir(parents=True, exist_ok=True)
+        self.settings = settings
+        self.problems_root = problems_root
+        root = os.geteuid() == 0
+        if drop_privileges and not root:
+            raise ValueError("dropping privileges for evaluations needs the judge to run as root")
+        self.drop = root if drop_privileges is None else drop_privileges
+        if self.drop:
+            why = self._probe_uid(BASE_EVAL_UID)
+            if why and drop_privileges:
+                raise ValueError(f"an unprivileged uid cannot run the grader here: {why}")
+            if why:  # e.g. the interpreter lives under a private home: fall back, and watch instead
+                self.drop = False
+                self.drop_refused = why
+        self.watch = (not self.drop) if watch_imports is None else watch_imports
+        self.roots = import_roots() if self.watch else []
+        self.tainted: list[str] = []
+        if self.drop:  # the evaluation uid must be able to reach its folder
+            os.chmod(self.work_root, 0o711)
+
+    drop_refused: str | None = None
+
+    @staticmethod
+    def _probe_uid(uid: int) -> str | None:
+        """Why ``uid`` cannot import the grader with this interpreter (None when it can)."""
+        try:
+            done = subprocess.run([sys.executable, "-c", "import metakernelbench.verifier.result, torch"],
+                                  user=uid, group=uid, extra_groups=[], capture_output=True, timeout=120,
+                                  cwd="/", env={**os.environ, "HOME": "/nonexistent", "PYTHONNOUSERSITE": "1"})
+        except (OSError, subprocess.SubprocessError) as exc:
+            return str(exc)
+        return None if done.returncode == 0 else done.stderr.decode(errors="replace")[-300:]
+
+    def command(self, req: EvalRequest, kernel: Path, device: str) -> list[str]:
+        cmd = [sys.executable, "-m", "metakernelbench.verifier.judge.runner", "--problem", req.problem,
+               "--dsl", req.dsl, "--kernel", str(kernel), "--device", device, *self.settings.runner_flags()]
+        if self.problems_root:
+            cmd += ["--problems-root", str(self.problems_root)]
+        return cmd
+
+    def evaluate(self, req: EvalRequest, device: str, slot: int,
+                 on_stage: Callable[[str], None]) -> EvalOutcome:
+        if self.tainted:
+            res = failure(Status.INFRA_ERROR, req.problem, req.dsl,
+                          "the judge refuses to evaluate: an earlier submission changed installed files ("
+                          + ", ".join(self.tainted[:3]) + "); an operator must restore them")
+            return EvalOutcome(res.model_dump(mode="json"), charged=False)
+        marker = f"{req.submission_id}-{secrets.token_hex(6)}"
+        folder = self.work_root / f"eval-{marker}"
+        home, tmp = folder / "home", folder / "tmp"
+        for d in (folder, home, tmp):
+            d.mkdir(mode=0o700)
+        kernel = folder / "kernel.py"
+        kernel.write_bytes(req.source)
+        uid = BASE_EVAL_UID + slot if self.drop else None
+        if uid is not None:
+            for path in (folder, home, tmp, kernel):
+                os.chown(path, uid, uid)
+        log = folder.parent / f"eval-{marker}.log"
+        started_ns = time.time_ns()
+        try:
+            return self._run(req, device, kernel, folder, home, tmp, marker, uid, log, started_ns, on_stage)
+        finally:
+            kill_leftovers(marker, uid)
+            shutil.rmtree(folder, ignore_errors=True)
+            log.unlink(missing_ok=True)
+
+    def _run(self, req, device, kernel, folder, home, tmp, marker, uid, log, started_ns, on_stage) -> EvalOutcome:
+        report = RunnerReport()
+        extra: dict[str, Any] = {}
+        if uid is not None:
+            extra = {"user": uid, "group": uid, "extra_groups": []}
+        with open(log, "wb") as err:
+            try:
+                proc = subprocess.Popen(self.command(req, kernel, device), stdout=subprocess.PIPE, stderr=err,
+                                        stdin=subprocess.DEVNULL, cwd=folder, env=_child_env(marker, home, tmp),
+                                        start_new_session=True, **extra)
+            except OSError as exc:
+                return outcome_without_result(req, report, f"cannot start the runner: {exc}")
+            reader = threading.Thread(target=lambda: [report.feed(line.decode(errors="replace"), on_stage)
+                                                      for line in proc.stdout], daemon=True)
+            reader.start()
+            deadline = time.monotonic() + self.settings.wall_limit_s
+            timed_out = stopped = False
+            while proc.poll() is None:
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    break
+                if _proc_state(proc.pid) in ("T", "t"):
+                    time.sleep(1.0)  # a stop long enough to notice twice is not a scheduling blip
+                    if _proc_state(proc.pid) in ("T", "t"):
+                        stopped = True
+                        break
+                time.sleep(0.2)
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    proc.kill()
+                proc.wait()
+            reader.join(5)
+        tail = _tail(log)
+        if self.watch:
+            changed = changed_since(self.roots, started_ns)
+            if changed:
+                self.tainted = changed
+                res = failure(Status.REWARD_HACK, req.problem, req.dsl,
+                              "the submission created or changed files Python imports from: " + ", ".join(changed[:5]))
+                return EvalOutcome(res.model_dump(mode="json"), charged=True, log_tail=tail)
+        if report.result is not None and not (timed_out or stopped):
+            out = outcome_from_result(report.result)
+            out.log_tail = tail
+            return out
+        code = proc.returncode
+        return outcome_without_result(req, report, f"exit status {code}", tail, timed_out=timed_out,
+                                      stopped=stopped, signalled=-code if code and code < 0 and not timed_out
+                                      and not stopped else None)
+
+
+def _tail(path: Path, n: int = 4000) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-n:].decode(errors="replace")
+
+
+class DockerIsolation:
+    """A fresh container of the DSL's grader image per evaluation (see the module docstring)."""
+
+    name = "docker"
+
+    def __init__(self, client: Any, images: dict[str, str], settings: GradeSettings, mem_limit: str = "64g",
+                 pids_limit: int = 4096, user: str = "grader"):
+        self.client, self.images, self.settings = client, images, settings
+        self.mem_limit, self.pids_limit, self.user = mem_limit, pids_limit, user
+
+    def container_spec(self, req: EvalRequest, device: str) -> dict[str, Any]:
+        """Keyword arguments of ``client.containers.create`` for one evaluation."""
+        gpu = device.split(":", 1)[1] if device.startswith("cuda:") else None
+        cmd = ["python", "-m", "metakernelbench.verifier.judge.runner", "--problem", req.problem, "--dsl", req.dsl,
+               "--kernel", "/work/kernel.py", "--device", "cuda:0" if gpu is not None else "cpu",
+               *self.settings.runner_flags()]
+        spec: dict[str, Any] = dict(
+            image=self.images[req.dsl], command=cmd, user=self.user, working_dir="/work",
+            network_disabled=True, mem_limit=self.mem_limit, pids_limit=self.pids_limit, shm_size="8g",
+            environment={"HOME": "/work/home", "TMPDIR": "/work/tmp", "PYTHONNOUSERSITE": "1",
+                         "PYTHONDONTWRITEBYTECODE": "1"},
+            labels={"metakernelbench.role": "evaluation", "metakernelbench.submission": str(req.submission_id)},
+            detach=True, init=True,
+        )
+        if gpu is not None:
+            request = {"Driver": "", "Count": 0, "DeviceIDs": [gpu], "Capabilities": [["gpu"]], "Options": {}}
+            try:
+                from docker.types import DeviceRequest
+
+                request = DeviceRequest(device_ids=[gpu], capabilities=[["gpu"]])
+            except ImportError:  # the SDK is only needed where Docker runs; the spec is the same dict
+                pass
+            spec["device_requests"] = [request]
+        return spec
+
+    @staticmethod
+    def kernel_archive(source: bytes, uid: int = 1000) -> bytes:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for name in ("home", "tmp"):
+                info = tarfile.TarInfo(name)
+                info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, 0o700, uid, uid
+                tar.addfile(info)
+            info = tarfile.TarInfo("kernel.py")
+            info.size, info.mode, info.uid, info.gid = len(source), 0o644, uid, uid
+            tar.addfile(info, io.BytesIO(source))
+        return buf.getvalue()
+
+    def evaluate(self, req: EvalRequest, device: str, slot: int,
+                 on_stage: Callable[[str], None]) -> EvalOutcome:
+        report = RunnerReport()
+        try:
+            container = self.client.containers.create(**self.container_spec(req, device))
+        except Exception as exc:  # noqa: BLE001 - image missing, daemon down: infrastructure
+            return outcome_without_result(req, report, f"cannot create the evaluation container: {exc}")
+        try:
+            try:
+                container.put_archive("/work", self.kernel_archive(req.source))
+                container.start()
+            except Exception as exc:  # noqa: BLE001
+                return outcome_without_result(req, report, f"cannot start the evaluation container: {exc}")
+            timed_out = False
+            try:
+                status = container.wait(timeout=self.settings.wall_limit_s)
+                code = int(status.get("StatusCode", -1))
+            except Exception:  # noqa: BLE001 - the wait timed out
+                timed_out, code = True, -9
+                container.kill()
+            for line in container.logs(stdout=True, stderr=False).decode(errors="replace").splitlines():
+                report.feed(line, on_stage)
+            tail = container.logs(stdout=False, stderr=True, tail=60).decode(errors="replace")
+            if report.result is not None and not timed_out:
+                out = outcome_from_result(report.result)
+                out.log_tail = tail
+                return out
+            # in a container the runner is PID 1's child; 137 = killed by SIGKILL from inside
+            signalled = code - 128 if code > 128 and not timed_out else None
+            return outcome_without_result(req, report, f"container exit status {code}", tail,
+                                          timed_out=timed_out, signalled=signalled)
+        finally:
+            try:
+                container.remove(force=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
+
+def docker_client() -> Any | None:
+    """A Docker SDK client when the SDK is installed and a daemon answers, else None."""
+    try:
+        import docker
+    except ImportError:
+        return None
+    try:
+        client = docker.from_env()
+        client.ping()
+        return client
+    except Exception:  # noqa: BLE001 - no daemon here
+        return None

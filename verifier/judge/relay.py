@@ -1,0 +1,113 @@
+"""The per-trial relay of the Docker mode: the only thing a sandbox can reach (standard library only).
+
+Each trial's compose project runs one relay container on two networks: the trial's private internal
+network (shared with the sandbox, nothing else) and the judge's internal network. At start the relay
+registers the attempt with the judge, using the relay token from the judge's secrets volume and its
+container hostname as the attempt key (stable if the container restarts, so a restart cannot reset
+the budget), and from then on forwards the sandbox's feedback calls with the attempt's token. The
+sandbox therefore never holds a token, cannot reach other trials, and cannot ask for more budget or
+a final grade.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from .client import JudgeClient, JudgeError, JudgeUnavailable
+
+log = logging.getLogger("metakernelbench.judge.relay")
+ALLOWED = (("GET", re.compile(r"/v1/health")), ("GET", re.compile(r"/v1/attempt")),
+           ("POST", re.compile(r"/v1/submissions")), ("GET", re.compile(r"/v1/submissions/\d+")))
+MAX_BODY = 2 * 1024 * 1024
+
+
+class Relay:
+    def __init__(self, judge_url: str, relay_token: str, task: str, minutes: float | None, key: str | None = None):
+        self.judge = JudgeClient(judge_url, relay_token)
+        self.task, self.minutes = task, minutes
+        self.key = key or f"relay:{socket.gethostname()}:{task}"
+        self._token: str | None = None
+        self._lock = threading.Lock()
+
+    def attempt_token(self) -> str:
+        with self._lock:
+            if self._token is None:
+                answer = self.judge.register(self.key, self.task, self.minutes)
+                token = answer.get("token")
+                if not token:
+                    raise JudgeError(409, "this attempt was registered before and its token is lost "
+                                          "(the relay's state does not survive its container)")
+                self._token = token
+            return self._token
+
+    def register_in_background(self) -> None:
+        def loop() -> None:
+            while True:
+                try:
+                    self.attempt_token()
+                    log.info("attempt %s registered", self.key)
+                    return
+                except JudgeUnavailable:
+                    time.sleep(2.0)
+                except JudgeError as exc:
+                    log.error("cannot register the attempt: %s", exc)
+                    return
+
+        threading.Thread(target=loop, daemon=True).start()
+
+    def forward(self, method: str, path: str, body: dict | None) -> tuple[int, dict]:
+        if not any(m == method and rx.fullmatch(path) for m, rx in ALLOWED):
+            return 404, {"error": f"no route {method} {path}"}
+        if body is not None:
+            body = {**body, "kind": "feedback", "task": self.task}
+            body.pop("attempt_key", None)
+        try:
+            client = JudgeClient(self.judge.url, self.attempt_token(), self.task)
+            return 200, client.request(method, path, body)
+        except JudgeUnavailable as exc:
+            return 503, {"error": exc.message}
+        except JudgeError as exc:
+            return exc.status, {"error": exc.message}
+
+
+def make_server(relay: Relay, listen: str) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt: str, *args: Any) -> None:
+            log.debug(fmt, *args)
+
+        def _reply(self, status: int, payload: dict) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._reply(*relay.forward("GET", self.path.split("?", 1)[0].rstrip("/"), None))
+
+        def do_POST(self) -> None:  # noqa: N802
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                return self._reply(413, {"error": "the kernel file is too large"})
+            try:
+                body = json.loads(self.rfile.read(length) or b"{}")
+            except ValueError:
+                return self._reply(400, {"error": "the body is not JSON"})
+            if not isinstance(body, dict):
+                return self._reply(400, {"error": "the body must be a JSON object"})
+            self._reply(*relay.forward("POST", self.path.split("?", 1)[0].rstrip("/"), body))
+
+    host, _, port = listen.rpartition(":")
+    server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
+    server.daemon_threads = True
+    return server

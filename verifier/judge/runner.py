@@ -1,0 +1,94 @@
+"""One evaluation, in its own process (subprocess isolation) or its own container (Docker isolation).
+
+The judge starts ``python -m metakernelbench.verifier.judge.runner ...`` per evaluation and reads
+its report from the runner's original standard output: one JSON object per line, ``{"stage": ...}``
+while it works and ``{"result": <GradeResult>}`` at the end. Before anything else the runner moves
+that stream to a private descriptor and points fd 1 at stderr, so the processes it spawns (the
+candidate's worker among them) inherit no way to write on the report channel, and it marks itself
+non-dumpable, so a process of the same user cannot open its descriptors or memory through /proc or
+ptrace (that also protects the seeds and expected outputs held in this process).
+
+Stages tell the judge who to blame when no result arrives: before ``grading`` nothing of the
+submission has run, so a failure is the infrastructure's (not charged); after it, a grader that was
+killed, stopped or silenced is a verdict against the submission.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import sys
+import traceback
+
+PR_SET_DUMPABLE = 4
+
+
+def _private_report_stream():
+    """The report channel: a private duplicate of stdout; fd 1 now goes to stderr."""
+    sys.stdout.flush()
+    fd = os.dup(1)  # inheritable=False by default (PEP 446)
+    os.dup2(2, 1)
+    return os.fdopen(fd, "w", buffering=1)
+
+
+def _undumpable() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: nothing to protect against here
+        pass
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="metakernelbench.verifier.judge.runner", description=__doc__)
+    p.add_argument("--problem", required=True, help="problem id or NN_slug")
+    p.add_argument("--dsl", required=True, choices=("cutedsl", "tirx"))
+    p.add_argument("--kernel", required=True)
+    p.add_argument("--device", default=None)
+    p.add_argument("--problems-root", default=None)
+    p.add_argument("--small", action="store_true", help="grade at the problem's small workload (CPU tests)")
+    p.add_argument("--draws", type=int, default=None)
+    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--timed", type=int, default=None)
+    p.add_argument("--rechecks", type=int, default=None)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    report = _private_report_stream()
+    _undumpable()
+    args = parse_args(argv)
+
+    def emit(obj: dict) -> None:
+        report.write(json.dumps(obj) + "\n")
+        report.flush()
+
+    emit({"stage": "loading"})
+    try:
+        from pathlib import Path
+
+        from metakernelbench.problems import PROBLEMS_DIR, find_problem
+        from metakernelbench.verifier.grader import GradeConfig, grade
+
+        root = Path(args.problems_root) if args.problems_root else PROBLEMS_DIR
+        problem = find_problem(args.problem, root)
+        if args.small:
+            problem.spec = problem.spec.model_copy(
+                update={"workload": {**problem.spec.workload, **problem.spec.small_workload}})
+        overrides = {k: v for k, v in (("correctness_draws", args.draws), ("warmup", args.warmup),
+                                       ("timed", args.timed), ("rechecks", args.rechecks)) if v is not None}
+        config = GradeConfig(**overrides)
+        import torch  # noqa: F401 - a broken install must fail here, before grading starts
+    except Exception as exc:  # noqa: BLE001 - an infrastructure fault: nothing of the kernel ran
+        emit({"infra": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=5)})
+        return 3
+    emit({"stage": "grading"})
+    result = grade(problem, args.kernel, args.dsl, device=args.device, config=config)
+    emit({"result": result.model_dump(mode="json")})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""Assemble and run a judge: state folder, secrets, store, isolation, device slots, HTTP.
+
+State folder (``--state``): ``judge.db`` (the store), ``admin.token`` (mode 0600), ``work/`` (one
+folder per running evaluation, removed afterwards), ``judge.pid``. With ``--secrets-dir`` the judge
+also writes ``relay.token`` and ``final.token`` there: in the Docker mode that folder is a volume
+mounted read-only into each trial's relay and verifier containers, never into a sandbox.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from metakernelbench.problems import PROBLEMS_DIR
+
+from .isolation import DockerIsolation, GradeSettings, SubprocessIsolation, docker_client
+from .queue import Scheduler
+from .service import DEFAULT_BUDGET, DEFAULT_MINUTES, Judge, serve_http
+from .store import Store
+
+log = logging.getLogger("metakernelbench.judge")
+PR_SET_CHILD_SUBREAPER = 36
+DEFAULT_IMAGES = {"cutedsl": "metakernelbench/grader-cutedsl:0.1.0", "tirx": "metakernelbench/grader-tirx:0.1.0"}
+
+
+@dataclass
+class JudgeConfig:
+    state: Path
+    devices: list[str]
+    listen: str | None = None
+    unix: Path | None = None
+    isolation: str = "auto"  # auto | docker | subprocess
+    settings: GradeSettings = field(default_factory=GradeSettings)
+    problems_root: Path = PROBLEMS_DIR
+    secrets_dir: Path | None = None
+    budget: int = DEFAULT_BUDGET
+    minutes: float = DEFAULT_MINUTES
+    images: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_IMAGES))
+    drop_privileges: bool | None = None
+
+
+def read_or_create_token(path: Path, prefix: str, mode: int = 0o600) -> str:
+    import secrets
+
+    if path.exists():
+        return path.read_text().strip()
+    token = f"mkb-{prefix}-{secrets.token_urlsafe(24)}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+def make_isolation(config: JudgeConfig):
+    if config.isolation in ("auto", "docker"):
+        client = docker_client()
+        if client is not None:
+            return DockerIsolation(client, config.images, config.settings)
+        if config.isolation == "docker":
+            raise SystemExit("--isolation docker: no Docker daemon answers (or the docker SDK is missing)")
+    return SubprocessIsolation(config.state / "work", config.settings, config.problems_root,
+                               drop_privileges=config.drop_privileges)
+
+
+class RunningJudge:
+    """A started judge (in this process): ``stop()`` ends it; its state stays on disk."""
+
+    def __init__(self, config: JudgeConfig):
+        self.config = config
+        config.state.mkdir(parents=True, exist_ok=True)
+        self.store = Store(config.state / "judge.db")
+        self.admin_token = read_or_create_token(config.state / "admin.token", "admin")
+        self.store.add_token(self.admin_token, "admin", "admin.token")
+        if config.secrets_dir:
+            for scope in ("relay", "final"):
+                token = read_or_create_token(config.secrets_dir / f"{scope}.token", scope, 0o644)
+                self.store.add_token(token, scope, f"{scope}.token")
+        requeued = self.store.recover()
+        if requeued:
+            log.warning("queued again after a restart: submissions %s", requeued)
+        self.isolation = make_isolation(config)
+        self.scheduler = Scheduler(self.store, self.isolation, config.devices)
+        self.judge = Judge(self.store, self.scheduler, config.problems_root, config.budget, config.minutes)
+        self.servers = serve_http(self.judge, config.listen, config.unix)
+        self.scheduler.start()
+        log.info("judge up: devices %s, isolation %s, listening on %s %s", config.devices, self.isolation.name,
+                 config.listen or "", config.unix or "")
+
+    @property
+    def url(self) -> str:
+        if self.config.unix:
+            return f"unix:{self.config.unix}"
+        host, port = self.servers[0].server_address[:2]
+        return f"http://{host}:{port}"
+
+    def stop(self, crash: bool = False) -> None:
+        """Stop serving; ``crash=True`` abandons running evaluations as a killed judge would (tests)."""
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+        if crash:
+            self.scheduler.abandon()
+        else:
+            self.scheduler.stop()
+        self.store.close()
+
+
+def become_subreaper() -> None:
+    """Orphans of an evaluation are re-parented here (and reaped) instead of to init."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def serve_forever(config: JudgeConfig) -> None:
+    """The judge's process: run until SIGTERM or SIGINT."""
+    become_subreaper()
+    judge = RunningJudge(config)
+    (config.state / "judge.pid").write_text(f"{os.getpid()}\n")
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    done.wait()
+    judge.stop()
+    (config.state / "judge.pid").unlink(missing_ok=True)
