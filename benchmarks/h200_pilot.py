@@ -133,6 +133,8 @@ def main() -> None:
     parser.add_argument("--only", default="oracles,controls,exploits")
     parser.add_argument("--parallel", type=int, default=1,
                         help="grade controls and exploits this many at a time (oracles always one at a time)")
+    parser.add_argument("--merge", type=Path, default=None,
+                        help="an earlier record whose entries this run keeps unless it re-grades them")
     parser.add_argument("--quick-rejections", action="store_true",
                         help="reduced counts for controls and exploits only (they are judged on verdicts)")
     args = parser.parse_args()
@@ -148,12 +150,20 @@ def main() -> None:
             run_controls(reject_config, results, Path(tmp), args.parallel)
         if "exploits" in parts:
             run_exploits(reject_config, results, args.parallel)
+    commands = [" ".join([Path(sys.executable).name, *sys.argv])]
+    configs = {"this run": None}
+    if args.merge and args.merge.exists():
+        previous = json.loads(args.merge.read_text())
+        fresh = {(r["kind"], r["task"]) for r in results}
+        results = [r for r in previous["results"] if (r["kind"], r["task"]) not in fresh] + results
+        commands = previous.get("commands", [previous.get("command", "")]) + commands
+        configs = {"earlier runs": previous.get("config")}
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT).stdout
     record = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "commands": commands,
         "commit": commit.strip() or "unknown", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-        "config": {"oracles": config.__dict__,
+        "config": {**configs, "oracles": config.__dict__,
                    "controls_and_exploits": (QUICK if args.quick_rejections else config).__dict__,
                    "parallel": args.parallel},
         "harness_overhead": harness_overhead(), "total_wall_s": round(time.time() - started, 1),
