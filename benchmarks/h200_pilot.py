@@ -151,7 +151,7 @@ def main() -> None:
         if "exploits" in parts:
             run_exploits(reject_config, results, args.parallel)
     commands = [" ".join([Path(sys.executable).name, *sys.argv])]
-    configs = {"this run": None}
+    configs = {}
     if args.merge and args.merge.exists():
         previous = json.loads(args.merge.read_text())
         fresh = {(r["kind"], r["task"]) for r in results}
