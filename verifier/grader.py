@@ -63,6 +63,47 @@ class GradeConfig:
     max_output_bytes: int = 8 << 30
 
 
+@dataclass
+class LoopTimes:
+    """One side's timed calls: the times its process reported and the grader's own round trips."""
+
+    reported_ms: list[float]
+    wall_ms: list[float]
+
+    @property
+    def overhead_ms(self) -> list[float]:
+        return [w - r for w, r in zip(self.wall_ms, self.reported_ms, strict=True)]
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
+
+
+def trusted_timing(kernel: LoopTimes, eager: list[LoopTimes]) -> tuple[Timing, dict[str, float]]:
+    """The kernel's samples checked against the grader's clock, which the kernel process cannot touch.
+
+    A call's time is measured inside the kernel's process (a device-wide sync on each side, no pipe
+    in the window), so a submission that subverts the worker could report less than it took. The
+    grader times every round trip itself. The trusted reference worker runs the identical request
+    loop on the same draws, so its round-trip overhead (wall - reported) is what an honest worker's
+    overhead looks like. The kernel's overhead may exceed it by at most 50 % + 0.1 ms at the median
+    (else REWARD_HACK), and each sample is raised to at least its wall time minus the reference's
+    90th-percentile overhead, so forged times cannot shave more than the overhead's noise.
+    """
+    ref_over = sorted(o for loop in eager for o in loop.overhead_ms)
+    p50, p90 = _median(ref_over), ref_over[int(0.9 * (len(ref_over) - 1))]
+    cand_over = _median(kernel.overhead_ms)
+    facts = {"eager_overhead_p50_ms": p50, "eager_overhead_p90_ms": p90, "kernel_overhead_p50_ms": cand_over}
+    if cand_over > 1.5 * p50 + 0.1:
+        raise Verdict(Status.REWARD_HACK, f"the kernel process reported times {cand_over - p50:.3f} ms per call "
+                                          "shorter than the grader's own clock allows", details={
+                                              k: f"{v:.4f}" for k, v in facts.items()})
+    trusted = [max(r, w - p90) for r, w in zip(kernel.reported_ms, kernel.wall_ms, strict=True)]
+    return Timing.from_samples(trusted), facts
+
+
 class Verdict(Exception):
     """Ends an evaluation early with a status (raised inside ``grade``)."""
 
@@ -231,6 +272,7 @@ class Evaluation:
         if handle is self.candidate and self.first_call:
             timeout, self.first_call = self.config.first_call_timeout_s, False
         result, tensors, wall_ns = handle.request(CallRequest(0, "", inputs, **flags), timeout)
+        self.last_wall_ns = wall_ns
         assert isinstance(result, CallResult)
         if result.elapsed_ns > wall_ns:
             raise Verdict(Status.REWARD_HACK, "the reported call time exceeds the grader's own clock")
@@ -273,22 +315,22 @@ class Evaluation:
                                                 f"{mismatch.check} check: {mismatch.detail}", mismatch=mismatch)
             self.check_inputs_untouched(seed, inputs)
 
-    def timing_loop(self, handle: WorkerHandle, seeds: list[int], keep: dict[int, tuple] | None) -> Timing:
-        samples = []
+    def timing_loop(self, handle: WorkerHandle, seeds: list[int], keep: dict[int, tuple] | None) -> LoopTimes:
+        """Time one side; both sides send identical requests, so their harness overheads match."""
+        samples, walls = [], []
         for i, seed in enumerate(seeds):
             timed = i >= self.config.warmup
             inputs = self.draw(seed)
-            is_candidate = handle is self.candidate
-            result, _, _ = self.call(handle, inputs, keep_outputs=timed and is_candidate,
-                                     check_threads=timed and is_candidate)
+            result, _, _ = self.call(handle, inputs, keep_outputs=timed, check_threads=timed)
             if timed:
                 samples.append(result.elapsed_ns / 1e6)
+                walls.append(self.last_wall_ns / 1e6)
                 if keep is not None and i in keep:
                     # in-place inputs now hold the call's results: copy them as they are when the
                     # reply arrives, so work still running in the candidate cannot finish them later
                     keep[i] = (result.seq, tuple(v.clone() if name in self.spec.inplace else v
                                                  for name, v in zip(self.spec.inputs, inputs, strict=True)))
-        return Timing.from_samples(samples)
+        return LoopTimes(samples, walls)
 
     def recheck(self, seeds: list[int], keep: dict[int, tuple]) -> list[int]:
         calls = sorted(keep)
@@ -420,15 +462,19 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
         recheck_at = ev.rng.sample(range(config.warmup, config.warmup + config.timed), config.rechecks)
         keep: dict[int, tuple] = dict.fromkeys(recheck_at)
         reference = ev.start_reference()
-        eager_before = ev.timing_loop(reference, seeds, None)
-        kernel = ev.timing_loop(ev.candidate, seeds, keep)
-        eager_after = ev.timing_loop(reference, seeds, None)
+        eager_before_loop = ev.timing_loop(reference, seeds, None)
+        kernel_loop = ev.timing_loop(ev.candidate, seeds, keep)
+        eager_after_loop = ev.timing_loop(reference, seeds, None)
+        eager_before = Timing.from_samples(eager_before_loop.reported_ms)
+        eager_after = Timing.from_samples(eager_after_loop.reported_ms)
+        kernel, clock = trusted_timing(kernel_loop, [eager_before_loop, eager_after_loop])
+        fields["details"] = {k: f"{v:.4f}" for k, v in clock.items()}
         fields.update(kernel_timing=kernel, eager_timing_before=eager_before, eager_timing_after=eager_after)
         fields["rechecked_calls"] = ev.recheck(seeds, keep)
         fields["launch_sites"] = list(ev.launch_sites)
         trivial = ev.audit()
         if trivial:
-            fields["details"] = {f"audit {k}": v for k, v in trivial.items()}
+            fields["details"].update({f"audit {k}": v for k, v in trivial.items()})
         fields["bypass"] = ev.bypass()
         eager_ms = 0.5 * (eager_before.median_ms + eager_after.median_ms)
         drift = abs(eager_after.median_ms - eager_before.median_ms) / eager_before.median_ms

@@ -176,6 +176,12 @@ class Worker:
 
                 self.solve = load_problem(setup.path).reference
                 version = "reference"
+                # the same guard and checks as a candidate, refusing nothing (no file is the
+                # submission): the two workers then carry equal per-call overhead, which the
+                # grader's trusted-clock check compares (grader.trusted_timing)
+                self.guard = install_guard(os.devnull + ".no-submission", [], "none")
+                self.integrity = _critical_callables()
+                self.guard.armed = True
             else:
                 version = hooks.INSTALLERS[setup.dsl]() if setup.dsl in hooks.INSTALLERS else "none"
                 self.guard = install_guard(setup.path, setup.protected_paths, setup.dsl)
@@ -228,8 +234,12 @@ class Worker:
                     ilo, ihi = _storage_span(inp)
                     if lo < ihi and ilo < hi:
                         raise CallFailed("hack", f"output {i} shares memory with input {j}")
-        if self.setup.mode != "candidate":
-            return
+        if req.check_threads:  # both modes: the reference pays the same overhead (see grader.trusted_timing)
+            if self.thread_baseline is None:
+                self.thread_baseline = thread_count()
+            elif thread_count() > self.thread_baseline and self.setup.mode == "candidate":
+                raise CallFailed("hack", f"threads grew from {self.thread_baseline} to {thread_count()} "
+                                         "during timing (work left running after solve returned?)")
         if _critical_callables() != self.integrity:
             changed = [k for k, v in _critical_callables().items() if self.integrity.get(k) != v]
             raise CallFailed("hack", f"timing or result functions were replaced: {changed}")
@@ -238,12 +248,6 @@ class Worker:
         if len(self.guard.violations) > self.seen_violations:
             self.seen_violations = len(self.guard.violations)
             raise CallFailed("violation", "; ".join(self.guard.violations))
-        if req.check_threads:
-            if self.thread_baseline is None:
-                self.thread_baseline = thread_count()
-            elif thread_count() > self.thread_baseline:
-                raise CallFailed("hack", f"threads grew from {self.thread_baseline} to {thread_count()} "
-                                         "during timing (work left running after solve returned?)")
 
     def call(self, req: CallRequest) -> None:
         hooks.REGISTRY.begin_call(req.suppress, req.audit_numels)
@@ -273,7 +277,7 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - every failure becomes a verdict
             self.fail(req.seq, "call", "compile" if _is_compile_error(exc) else "runtime", exc)
             return
-        if kept is not None:
+        if kept is not None and self.setup.mode == "candidate":
             self.kept[req.seq] = kept
         sent = list(outputs) if req.send_outputs else []
         snapshots = hooks.REGISTRY.snapshots if req.audit_numels else []
