@@ -1,1 +1,1 @@
-"""The part of MetaKernelBench that problem files import; the grader is not here."""
+"""The part of MetaKernelBench that problem files import, and the `submit` client; the grader is not here."""
