@@ -41,7 +41,8 @@ def entry(kind: str, task: str, result, expected: str, **extra) -> dict:
         "kernel_ms": result.kernel_ms, "eager_ms": result.eager_ms, "speedup": result.speedup,
         "grade_wall_s": round(result.grade_wall_s or 0.0, 2), "message": result.message[:400],
         "launch_sites": result.launch_sites, "bypass": result.bypass,
-        "speed_of_light": result.speed_of_light, "eager_drift": result.eager_drift, **extra,
+        "speed_of_light": result.speed_of_light, "eager_drift": result.eager_drift,
+        "details": result.details, **extra,
     }
     print(f"[{kind}] {task}: {row['status']} (expected {expected}) {row['grade_wall_s']} s "
           f"{row['message'][:160]}", flush=True)

@@ -88,15 +88,17 @@ def trusted_timing(kernel: LoopTimes, eager: list[LoopTimes]) -> tuple[Timing, d
     in the window), so a submission that subverts the worker could report less than it took. The
     grader times every round trip itself. The trusted reference worker runs the identical request
     loop on the same draws, so its round-trip overhead (wall - reported) is what an honest worker's
-    overhead looks like. The kernel's overhead may exceed it by at most 50 % + 0.1 ms at the median
-    (else REWARD_HACK), and each sample is raised to at least its wall time minus the reference's
-    90th-percentile overhead, so forged times cannot shave more than the overhead's noise.
+    overhead looks like. Each kernel sample is raised to at least its wall time minus the
+    reference's 90th-percentile overhead, so a forged time cannot shave more than the overhead's
+    noise; a median overhead beyond 3x the reference's + 2 ms is rejected as REWARD_HACK (a gap that
+    large is no noise). Legitimate extra cost after the call (e.g. a side stream's memory being
+    reclaimed) is thus charged to the kernel rather than rejected.
     """
     ref_over = sorted(o for loop in eager for o in loop.overhead_ms)
     p50, p90 = _median(ref_over), ref_over[int(0.9 * (len(ref_over) - 1))]
     cand_over = _median(kernel.overhead_ms)
     facts = {"eager_overhead_p50_ms": p50, "eager_overhead_p90_ms": p90, "kernel_overhead_p50_ms": cand_over}
-    if cand_over > 1.5 * p50 + 0.1:
+    if cand_over > 3.0 * p50 + 2.0:
         raise Verdict(Status.REWARD_HACK, f"the kernel process reported times {cand_over - p50:.3f} ms per call "
                                           "shorter than the grader's own clock allows", details={
                                               k: f"{v:.4f}" for k, v in facts.items()})
