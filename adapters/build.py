@@ -19,7 +19,8 @@ from metakernelbench.problems import Problem, ProblemError, load_problem, proble
 
 from .dsl import DSLS
 from .manifest import manifest_toml
-from .render import TaskFile, render_task, task_dir_name
+from .registry import registry_json
+from .render import TaskFile, image_files, render_task, task_dir_name
 
 # A folder under tasks/ that the generator owns; anything else there is left alone.
 TASK_DIR = re.compile(r"^\d{2}_[a-z0-9_]+_(cutedsl|tirx)$")
@@ -78,12 +79,12 @@ def write_task(task_dir: Path, files: dict[str, TaskFile]) -> None:
         path.chmod(0o755 if item.executable else 0o644)
 
 
-def _render_into(out: Path, problems: list[Problem], oracles: Path) -> list[str]:
+def _render_into(out: Path, problems: list[Problem], oracles: Path, remote_judge: str | None = None) -> list[str]:
     written = []
     for problem in problems:
         for dsl in DSLS.values():
             name = task_dir_name(problem, dsl)
-            write_task(out / name, render_task(problem, dsl, oracles))
+            write_task(out / name, render_task(problem, dsl, oracles, remote_judge))
             written.append(name)
     return written
 
@@ -94,13 +95,30 @@ def _present_dirs(out: Path) -> list[str]:
     return sorted(p.name for p in out.iterdir() if p.is_dir() and TASK_DIR.match(p.name))
 
 
+def write_images(root: Path) -> None:
+    """Write ``images/`` (grader, judge) under ``root`` (the repository root)."""
+    for rel, item in image_files().items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(item.content)
+
+
+def check_images(root: Path) -> list[str]:
+    """Differences between ``root/images`` and a fresh render."""
+    return [f"changed  {rel}" if (root / rel).is_file() else f"missing  {rel}"
+            for rel, item in image_files().items()
+            if not (root / rel).is_file() or (root / rel).read_bytes() != item.content]
+
+
 def build(problems_root: Path, out: Path, manifest: Path, oracles: Path,
-          only: list[str] | None = None) -> BuildReport:
-    """Render the selected problems into ``out``, drop stale folders, rewrite the manifest."""
+          only: list[str] | None = None, images: Path | None = None,
+          remote_judge: str | None = None) -> BuildReport:
+    """Render the selected problems into ``out``, drop stale folders, rewrite the manifest (and
+    ``images/`` under ``images`` when given)."""
     problems = load_problems(problems_root)
     chosen = select(problems, only)
     out.mkdir(parents=True, exist_ok=True)
-    report = BuildReport(written=_render_into(out, chosen, oracles))
+    report = BuildReport(written=_render_into(out, chosen, oracles, remote_judge))
     expected = set(expected_dirs(problems))
     for name in _present_dirs(out):
         if name not in expected:
@@ -109,6 +127,9 @@ def build(problems_root: Path, out: Path, manifest: Path, oracles: Path,
     present = [out / n for n in _present_dirs(out)]
     manifest.write_text(manifest_toml(present))
     report.manifest = manifest
+    if images is not None:
+        write_images(images)
+        (images / "registry.json").write_text(registry_json(present))
     return report
 
 
@@ -139,14 +160,14 @@ def _compare_trees(label: str, want: Path, have: Path) -> list[str]:
 
 
 def check(problems_root: Path, out: Path, manifest: Path, oracles: Path,
-          only: list[str] | None = None) -> list[str]:
+          only: list[str] | None = None, images: Path | None = None) -> list[str]:
     """Every difference between ``out``/``manifest`` and a fresh render; empty when current.
 
     With ``only``, just those problems' folders are compared (the manifest needs every task).
     """
     problems = load_problems(problems_root)
     chosen = select(problems, only)
-    differences: list[str] = []
+    differences: list[str] = check_images(images) if images is not None else []
     with tempfile.TemporaryDirectory(prefix="mkb-build-check-") as tmp:
         fresh = Path(tmp) / "tasks"
         fresh.mkdir()
@@ -161,6 +182,10 @@ def check(problems_root: Path, out: Path, manifest: Path, oracles: Path,
         for name in _present_dirs(out):
             if name not in names:
                 differences.append(f"stale    {out.name}/{name}/ (no such problem)")
+        if images is not None:
+            registry = images / "registry.json"
+            if not registry.is_file() or registry.read_text() != registry_json([fresh / n for n in names]):
+                differences.append("changed  registry.json")
         want = manifest_toml([fresh / n for n in names])
         if not manifest.is_file():
             differences.append(f"missing  {manifest.name}")

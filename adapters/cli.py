@@ -25,14 +25,35 @@ def register(app: typer.Typer) -> None:
         ),
         oracles: Path = typer.Option(Path("oracles"), "--oracles", help="Oracle kernels folder."),
         manifest: Path = typer.Option(Path("dataset.toml"), "--manifest", help="Dataset manifest."),
+        remote_judge: str = typer.Option(None, "--remote-judge", help="Render the remote-judge variant "
+                                         "(judge URL; allowlist network, no compose files) into --out "
+                                         "(not tasks/); docs/running.md."),
+        fmt: str = typer.Option("harbor", "--format", help="harbor | terminal-bench (Terminal-Bench 0.2 "
+                                "layout, written to --out, not tasks/)."),
     ) -> None:
         """Render every problem into tasks/<NN>_<slug>_{cutedsl,tirx}/ and write dataset.toml."""
         from .build import build  # deferred: keeps `mkb --help` fast
         from .build import check as check_tasks
 
+        if (remote_judge or fmt != "harbor") and out == Path("tasks"):
+            typer.echo("error: --remote-judge and --format terminal-bench write a variant: give another --out",
+                       err=True)
+            raise typer.Exit(2)
         try:
+            if fmt == "terminal-bench":
+                from .terminal_bench import build_terminal_bench
+
+                written = build_terminal_bench(problems, out, oracles, only)
+                typer.echo(f"wrote {len(written)} Terminal-Bench task folder(s) under {out}")
+                return
+            if fmt != "harbor":
+                raise typer.BadParameter("--format must be harbor or terminal-bench")
+            if remote_judge:
+                report = build(problems, out, out / "dataset.toml", oracles, only, remote_judge=remote_judge)
+                typer.echo(f"wrote {len(report.written)} remote-judge task folder(s) under {out}")
+                return
             if check:
-                differences = check_tasks(problems, out, manifest, oracles, only)
+                differences = check_tasks(problems, out, manifest, oracles, only, images=Path("."))
                 for line in differences:
                     typer.echo(line)
                 if differences:
@@ -40,7 +61,7 @@ def register(app: typer.Typer) -> None:
                     raise typer.Exit(1)
                 typer.echo(f"{out} and {manifest} are up to date.")
                 return
-            report = build(problems, out, manifest, oracles, only)
+            report = build(problems, out, manifest, oracles, only, images=Path("."))
         except ProblemError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from exc

@@ -21,12 +21,12 @@ SANDBOX_CPUS = 2
 SANDBOX_MEMORY_MB = 8192
 SUBMISSIONS = 10
 
-# Final grading: Harbor's verifier phase in a separate GPU container.
-GRADER_GPU_TYPES = ("H200",)
-GRADER_CPUS = 8
-GRADER_MEMORY_MB = 32768
-VERIFIER_TIMEOUT_SEC = 900
-# test.sh stops the grader this long before Harbor's own timeout, so it can still write reward.json.
+# Final grading: Harbor's verifier phase in a separate container without a GPU, which sends the
+# collected kernel to the judge; its timeout covers waiting in the judge's queue.
+VERIFIER_CPUS = 1
+VERIFIER_MEMORY_MB = 2048
+VERIFIER_TIMEOUT_SEC = 1800
+# the final-grade client gives up this long before Harbor's own timeout, so it can still write reward.json.
 GRADE_TIMEOUT_MARGIN_SEC = 60
 BUILD_TIMEOUT_SEC = 1800
 
@@ -49,3 +49,15 @@ COMMON_PINS = (
     "rich==15.0.0",
     "setuptools==80.9.0",
 )
+
+# The judge (verifier/judge): its image, the per-DSL grader images it starts one container of per
+# evaluation, and the Docker network and volume that connect trials to it (images/judge-compose.yaml).
+JUDGE_IMAGE = "metakernelbench/judge:0.1.0"
+GRADER_IMAGES = {"cutedsl": "metakernelbench/grader-cutedsl:0.1.0", "tirx": "metakernelbench/grader-tirx:0.1.0"}
+JUDGE_NETWORK = "mkb-judge"
+JUDGE_SECRETS_VOLUME = "mkb-judge-secrets"
+JUDGE_STATE_VOLUME = "mkb-judge-state"
+JUDGE_PORT = 8765
+JUDGE_URL = f"http://{JUDGE_NETWORK}:{JUDGE_PORT}"
+RELAY_URL = f"http://judge-relay:{JUDGE_PORT}"
+JUDGE_PINS = ("docker==7.1.0", "pydantic==2.14.4", "typer==0.29.2", "rich==15.0.0", "setuptools==80.9.0")

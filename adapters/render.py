@@ -8,11 +8,15 @@ bytes. Nothing here reads a clock or an unordered listing, so two renders are id
 Layout of a task (``tasks/<NN>_<slug>_<dsl>/``)::
 
     instruction.md  task.toml
-    environment/    Dockerfile, problem.py, metakernelbench/problem_kit.py, docs/<dsl>.md
-                    (the agent's CPU sandbox: no grader, no tests, no solution)
-    tests/          Dockerfile (the separate GPU verifier image), test.sh, grading.json,
-                    problems/<family>/<NN>_<slug>.py, grader/ (the vendored grader package)
+    environment/    Dockerfile, docker-compose.yaml (Docker mode: private network + judge relay),
+                    problem.py, metakernelbench/ (problem_kit and the `submit` client), submit,
+                    dsl_docs.py, docs/<dsl>.md   (the agent's CPU sandbox: no grader, no tests, no solution)
+    tests/          Dockerfile, docker-compose.yaml, test.sh, grading.json, client/ (the final-grade
+                    client): the separate verifier container, which asks the judge for the grade
     solution/       solve.sh (+ kernel.py when an oracle exists)
+
+The grader itself runs in the judge (``verifier/judge``), in the per-DSL grader images rendered by
+``image_files`` into ``images/`` together with the judge's own image and compose file.
 """
 
 from __future__ import annotations
@@ -20,18 +24,21 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import metakernelbench
 import metakernelbench.verifier
 from metakernelbench.problems import Problem
 
 from . import config
-from .dsl import Dsl
+from .dsl import DSLS, Dsl
 from .instructions import instruction_md
 from .templating import render, template_text
 
-# Sub-packages of the installed ``metakernelbench`` that are not part of the grader.
-_NOT_GRADER = {"adapters", "skill_transfer", "verifier", "__pycache__"}
+# The judge client modules copied into the images (standard library only): sandbox and verifier.
+SANDBOX_CLIENT = ("client.py", "submit.py")
+VERIFIER_CLIENT = ("client.py", "final.py")
+_PKG_DOC = '''"""Only the judge client lives here; the grader runs in the judge, outside this image."""'''
 
 
 @dataclass(frozen=True)
@@ -67,9 +74,30 @@ def _problem_relpath(problem: Problem) -> str:
     return f"problems/{problem.spec.family}/{problem.spec.path.name}"
 
 
-def _task_toml(problem: Problem, dsl: Dsl) -> str:
+DOCKER_NETWORK = """# No network: environment/docker-compose.yaml gives the sandbox one private network whose only
+# other member is this trial's judge relay. `submit` reads MKB_JUDGE_URL (and MKB_JUDGE_TOKEN in
+# the remote-judge mode, docs/running.md); the judge holds the GPU, the seeds and the budget.
+network_mode = "no-network"
+"""
+REMOTE_NETWORK = """# Remote-judge mode (docs/running.md): no network but the judge at {url}.
+network_mode = "allowlist"
+allowed_hosts = [{host}]
+"""
+
+
+def _judge_host(url: str) -> str:
+    host = urlsplit(url).hostname
+    if not host:
+        raise ValueError(f"--remote-judge needs a URL with a host name: {url!r}")
+    return host
+
+
+def _task_toml(problem: Problem, dsl: Dsl, remote_judge: str | None = None) -> str:
     spec, prov = problem.spec, problem.spec.provenance
     keywords = ["metakernelbench", "gpu-kernels", spec.family, dsl.key]
+    network = DOCKER_NETWORK
+    if remote_judge:
+        network = REMOTE_NETWORK.format(url=remote_judge, host=json.dumps(_judge_host(remote_judge)))
     return render(
         "task.toml",
         problem_path=_problem_relpath(problem),
@@ -91,9 +119,12 @@ def _task_toml(problem: Problem, dsl: Dsl) -> str:
         sandbox_cpus=str(config.SANDBOX_CPUS),
         sandbox_memory_mb=str(config.SANDBOX_MEMORY_MB),
         verifier_timeout=f"{config.VERIFIER_TIMEOUT_SEC:.1f}",
-        grader_cpus=str(config.GRADER_CPUS),
-        grader_memory_mb=str(config.GRADER_MEMORY_MB),
-        gpu_types=json.dumps(list(config.GRADER_GPU_TYPES)),
+        verifier_cpus=str(config.VERIFIER_CPUS),
+        verifier_memory_mb=str(config.VERIFIER_MEMORY_MB),
+        relay_url=remote_judge or config.RELAY_URL,
+        judge_url=remote_judge or config.JUDGE_URL,
+        sandbox_network=network.rstrip("\n"),
+        verifier_network=network.rstrip("\n") if remote_judge else 'network_mode = "no-network"',
     )
 
 
@@ -110,45 +141,48 @@ def _base_image(dsl: Dsl, task: str, role: str) -> str:
     ).rstrip("\n")
 
 
-def _package_files(root: Path, prefix: str, skip_dirs: set[str]) -> dict[str, TaskFile]:
-    """Every file of a source package, sorted, without caches or the excluded sub-packages."""
-    files: dict[str, TaskFile] = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if not path.is_file() or rel.parts[0] in skip_dirs or "__pycache__" in rel.parts:
-            continue
-        if path.suffix in (".pyc", ".pyo"):
-            continue
-        files[f"{prefix}/{rel.as_posix()}"] = TaskFile(path.read_bytes())
+def _judge_client(prefix: str, modules: tuple[str, ...]) -> dict[str, TaskFile]:
+    """The judge client modules, at their package paths under ``prefix`` (no grader code)."""
+    judge = Path(metakernelbench.verifier.__file__).parent / "judge"
+    files = {
+        f"{prefix}/metakernelbench/__init__.py": TaskFile.text(_PKG_DOC),
+        f"{prefix}/metakernelbench/verifier/__init__.py": TaskFile.text(_PKG_DOC),
+        f"{prefix}/metakernelbench/verifier/judge/__init__.py": TaskFile.text(_PKG_DOC),
+    }
+    for name in modules:
+        files[f"{prefix}/metakernelbench/verifier/judge/{name}"] = TaskFile((judge / name).read_bytes())
     return files
 
 
-def grader_files() -> dict[str, TaskFile]:
-    """The grader vendored under ``tests/grader/``: ``metakernelbench`` (without the adapters and
-    skill transfer) and ``metakernelbench.verifier``, plus a pyproject so pip can install it."""
-    core = Path(metakernelbench.__file__).parent
-    verifier = Path(metakernelbench.verifier.__file__).parent
-    files = _package_files(core, "tests/grader/metakernelbench", _NOT_GRADER)
-    files |= _package_files(verifier, "tests/grader/metakernelbench/verifier", {"__pycache__"})
-    files["tests/grader/pyproject.toml"] = TaskFile.text(
-        render("tests/grader-pyproject.toml", version=metakernelbench.__version__)
-    )
-    return files
+def _compose_values() -> dict[str, str]:
+    return {"judge_image": config.JUDGE_IMAGE, "network": config.JUDGE_NETWORK,
+            "secrets_volume": config.JUDGE_SECRETS_VOLUME, "port": str(config.JUDGE_PORT),
+            "judge_url": config.JUDGE_URL}
 
 
 def _sandbox_files(problem: Problem, dsl: Dsl, task: str) -> dict[str, TaskFile]:
     kit = Path(metakernelbench.__file__).parent / "problem_kit.py"
-    return {
+    docs = Path(__file__).parent / "dsl_docs.py"
+    files = {
         "environment/Dockerfile": TaskFile.text(
-            render("environment/Dockerfile", base=_base_image(dsl, task, "sandbox (agent)"))
+            render("environment/Dockerfile", base=_base_image(dsl, task, "sandbox (agent)"), dsl=dsl.key,
+                   dsl_name=dsl.name)
         ),
+        "environment/docker-compose.yaml": TaskFile.text(
+            render("environment/docker-compose.yaml", task=task, minutes=str(config.AGENT_TIMEOUT_SEC // 60),
+                   **_compose_values())
+        ),
+        "environment/submit": TaskFile.text(template_text("environment/submit"), executable=True),
+        "environment/dsl_docs.py": TaskFile(docs.read_bytes()),
         "environment/problem.py": TaskFile(problem.spec.path.read_bytes()),
-        "environment/metakernelbench/__init__.py": TaskFile.text(
-            '"""The part of MetaKernelBench that problem files import; the grader is not here."""'
-        ),
-        "environment/metakernelbench/problem_kit.py": TaskFile(kit.read_bytes()),
         f"environment/docs/{dsl.key}.md": TaskFile.text(template_text(f"docs/{dsl.key}.md")),
     }
+    files |= _judge_client("environment", SANDBOX_CLIENT)
+    files["environment/metakernelbench/__init__.py"] = TaskFile.text(
+        '"""The part of MetaKernelBench that problem files import, and the `submit` client; the grader is not here."""'
+    )
+    files["environment/metakernelbench/problem_kit.py"] = TaskFile(kit.read_bytes())
+    return files
 
 
 def _grading_json(problem: Problem, dsl: Dsl, task: str) -> str:
@@ -174,24 +208,42 @@ def _grading_json(problem: Problem, dsl: Dsl, task: str) -> str:
 def _verifier_files(problem: Problem, dsl: Dsl, task: str) -> dict[str, TaskFile]:
     files = {
         "tests/Dockerfile": TaskFile.text(
-            render("tests/Dockerfile", base=_base_image(dsl, task, "grader (verifier)"))
+            render("tests/Dockerfile", task=task, dsl=dsl.key, base_image=config.BASE_IMAGE)
         ),
+        "tests/docker-compose.yaml": TaskFile.text(render("tests/docker-compose.yaml", **_compose_values())),
         "tests/test.sh": TaskFile.text(
             render(
                 "tests/test.sh",
                 task=task,
-                dsl=dsl.key,
                 dsl_name=dsl.name,
-                problem=problem.spec.name,
-                problem_file=_problem_relpath(problem),
                 grade_timeout=str(config.VERIFIER_TIMEOUT_SEC - config.GRADE_TIMEOUT_MARGIN_SEC),
             ),
             executable=True,
         ),
         "tests/grading.json": TaskFile.text(_grading_json(problem, dsl, task)),
-        f"tests/{_problem_relpath(problem)}": TaskFile(problem.spec.path.read_bytes()),
     }
-    files |= grader_files()
+    files |= _judge_client("tests/client", VERIFIER_CLIENT)
+    return files
+
+
+def image_files() -> dict[str, TaskFile]:
+    """``images/``: the per-DSL grader images the judge evaluates in, the judge's image and compose file.
+
+    Each grader image shares its base layers, textually, with the sandbox images of its DSL
+    (``image-base.Dockerfile``), so sandbox and grader run the same pinned software.
+    """
+    files: dict[str, TaskFile] = {}
+    for key, dsl in DSLS.items():
+        image = config.GRADER_IMAGES[key]
+        base = _base_image(dsl, f"every {dsl.name} task (image {image})", "grader (judge evaluation)")
+        files[f"images/grader-{key}.Dockerfile"] = TaskFile.text(
+            render("images/grader.Dockerfile", base=base, dsl=key, image=image))
+    files["images/judge.Dockerfile"] = TaskFile.text(render(
+        "images/judge.Dockerfile", judge_image=config.JUDGE_IMAGE, base_image=config.BASE_IMAGE,
+        judge_pins=" ".join(config.JUDGE_PINS), port=str(config.JUDGE_PORT)))
+    files["images/judge-compose.yaml"] = TaskFile.text(render(
+        "images/judge-compose.yaml", grader_cutedsl=config.GRADER_IMAGES["cutedsl"],
+        grader_tirx=config.GRADER_IMAGES["tirx"], state_volume=config.JUDGE_STATE_VOLUME, **_compose_values()))
     return files
 
 
@@ -213,14 +265,21 @@ def _solution_files(problem: Problem, dsl: Dsl, task: str, oracles_dir: Path) ->
     }
 
 
-def render_task(problem: Problem, dsl: Dsl, oracles_dir: Path) -> dict[str, TaskFile]:
-    """Every file of one task folder, keyed by its path relative to the folder, sorted."""
+def render_task(problem: Problem, dsl: Dsl, oracles_dir: Path,
+                remote_judge: str | None = None) -> dict[str, TaskFile]:
+    """Every file of one task folder, keyed by its path relative to the folder, sorted.
+
+    ``remote_judge`` (a URL) renders the remote-judge variant: no compose files, and the sandbox and
+    verifier may reach only the judge's host (Harbor's allowlist network mode).
+    """
     task = task_name(problem, dsl)
     files = {
         "instruction.md": TaskFile.text(instruction_md(problem, dsl, task)),
-        "task.toml": TaskFile.text(_task_toml(problem, dsl)),
+        "task.toml": TaskFile.text(_task_toml(problem, dsl, remote_judge)),
     }
     files |= _sandbox_files(problem, dsl, task)
     files |= _verifier_files(problem, dsl, task)
     files |= _solution_files(problem, dsl, task, oracles_dir)
+    if remote_judge:
+        files = {k: v for k, v in files.items() if not k.endswith("docker-compose.yaml")}
     return dict(sorted(files.items()))

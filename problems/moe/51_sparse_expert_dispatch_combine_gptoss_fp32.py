@@ -1,4 +1,4 @@
-"""gpt-oss MoE expert computation with clamped GLU and biases, top-4 of 48 experts (a 128-expert layer cut for time), fp32.
+"""gpt-oss MoE expert computation with clamped GLU and biases, top-4 of 48 experts (128 upstream), fp32.
 
 For each expert e and the tokens routed to it: gu = x W_gu[e] + b_gu[e] (hidden -> 2 * inter,
 weights stored [E, in, out]); gate = gu[..., 0::2] clamped to <= 7, up = gu[..., 1::2] clamped to

@@ -1,7 +1,10 @@
 """Shared constants and helpers of the adapter tests (imported by conftest and the test modules)."""
 
 import shutil
+import subprocess
 from pathlib import Path
+
+from harbor.lint.models import COMPOSE_RULES, DEFAULT_RULES
 
 from metakernelbench.problems import PROBLEMS_DIR, REPO_ROOT
 
@@ -21,3 +24,15 @@ def copy_problems(root: Path, ids=("28", "25")) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(PROBLEMS_DIR / PILOTS[pid], target)
     return root
+
+
+def compose_available() -> bool:
+    """Harbor's lint parses docker-compose.yaml with the Docker Compose plugin (absent in CI here)."""
+    try:
+        return subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+# The default lint rules this machine can check: without Compose, those that do not parse compose files.
+LINT_RULES = set(DEFAULT_RULES) if compose_available() else set(DEFAULT_RULES) - COMPOSE_RULES

@@ -3,15 +3,14 @@
 import re
 import subprocess
 import sys
-import sysconfig
 
-import pytest
+import yaml
 from adapters_support import ORACLES, T25, T28
 from harbor.models.task.config import TaskConfig, VerifierEnvironmentMode
 
 from metakernelbench.adapters.config import BASE_IMAGE
 from metakernelbench.adapters.dsl import DSLS
-from metakernelbench.adapters.render import render_task
+from metakernelbench.adapters.render import image_files, render_task
 from metakernelbench.adapters.workload import VARIES, describe_inputs
 from metakernelbench.problems import PROBLEMS_DIR, load_problem
 
@@ -33,29 +32,38 @@ def test_layout_of_a_task(built):
     out, _ = built
     task = out / f"{T28}_cutedsl"
     files = _files(task)
-    top = [f for f in files if not f.startswith("tests/grader/")]
-    assert top == [
+    client = "metakernelbench/verifier/judge"
+    assert files == [
         "environment/Dockerfile",
+        "environment/docker-compose.yaml",
         "environment/docs/cutedsl.md",
+        "environment/dsl_docs.py",
         "environment/metakernelbench/__init__.py",
         "environment/metakernelbench/problem_kit.py",
+        "environment/metakernelbench/verifier/__init__.py",
+        "environment/metakernelbench/verifier/judge/__init__.py",
+        f"environment/{client}/client.py",
+        f"environment/{client}/submit.py",
         "environment/problem.py",
+        "environment/submit",
         "instruction.md",
         "solution/kernel.py",
         "solution/solve.sh",
         "task.toml",
         "tests/Dockerfile",
+        "tests/client/metakernelbench/__init__.py",
+        "tests/client/metakernelbench/verifier/__init__.py",
+        "tests/client/metakernelbench/verifier/judge/__init__.py",
+        f"tests/client/{client}/client.py",
+        f"tests/client/{client}/final.py",
+        "tests/docker-compose.yaml",
         "tests/grading.json",
-        f"tests/problems/mlp_norm/{T28}.py",
         "tests/test.sh",
     ]
-    grader = [f for f in files if f.startswith("tests/grader/")]
-    for needed in ("pyproject.toml", "metakernelbench/problems.py", "metakernelbench/problem_kit.py",
-                   "metakernelbench/verifier/__init__.py"):
-        assert f"tests/grader/{needed}" in grader
-    assert not any("/adapters/" in f or "/skill_transfer/" in f or "__pycache__" in f for f in files)
-    assert (task / "tests/test.sh").stat().st_mode & 0o111
-    assert (task / "solution/solve.sh").stat().st_mode & 0o111
+    # no grader code anywhere in a task: the judge grades
+    assert not any(name in f for f in files for name in ("grader.py", "worker.py", "rules.py", "__pycache__"))
+    for script in ("tests/test.sh", "solution/solve.sh", "environment/submit"):
+        assert (task / script).stat().st_mode & 0o111
     assert not (task / "task.toml").stat().st_mode & 0o111
 
 
@@ -68,13 +76,31 @@ def test_task_toml_values(built):
     env = cfg.environment
     assert (env.cpus, env.memory_mb, env.gpus, env.network_mode.value) == (2, 8192, 0, "no-network")
     assert env.docker_image is None and env.build_timeout_sec == 1800
+    assert env.env["MKB_TASK"] == f"metakernelbench/{T28}_tirx"
+    assert env.env["MKB_JUDGE_URL"] == "${MKB_JUDGE_URL:-http://judge-relay:8765}"
     assert cfg.agent.timeout_sec == 2400
     assert cfg.verifier.environment_mode is VerifierEnvironmentMode.SEPARATE
+    assert cfg.verifier.env["MKB_JUDGE_TOKEN"] == "${MKB_JUDGE_FINAL_TOKEN:-}"
     venv = cfg.verifier.environment
-    assert venv.gpus == 1 and venv.gpu_types == ["H200"] and venv.network_mode.value == "no-network"
+    assert venv.gpus == 0 and venv.network_mode.value == "no-network"
     assert cfg.metadata["pair"] == f"metakernelbench/{T28}_cutedsl"
     assert cfg.metadata["problem"] == T28 and cfg.metadata["dsl"] == "tirx"
     assert len(cfg.metadata["problem_sha256"]) == 64
+
+
+def test_compose_files_give_the_sandbox_the_relay_and_nothing_else(built):
+    out, _ = built
+    task = out / f"{T28}_tirx"
+    sandbox = yaml.safe_load((task / "environment/docker-compose.yaml").read_text())
+    assert sandbox["services"]["main"]["networks"] == ["sandbox"]
+    assert sandbox["networks"]["sandbox"] == {"internal": True}
+    relay = sandbox["services"]["judge-relay"]
+    assert relay["networks"] == ["sandbox", "judge"] and relay["image"].endswith("metakernelbench/judge:0.1.0}")
+    assert f"metakernelbench/{T28}_tirx" in relay["command"] and "volumes" not in sandbox["services"]["main"]
+    assert sandbox["networks"]["judge"] == {"external": True, "name": "mkb-judge"}
+    verifier = yaml.safe_load((task / "tests/docker-compose.yaml").read_text())
+    assert verifier["services"]["main"]["networks"] == ["judge"]
+    assert verifier["services"]["main"]["volumes"] == ["mkb-judge-secrets:/run/mkb-judge:ro"]
 
 
 def test_instruction_sections_and_problem_facts(built):
@@ -159,10 +185,11 @@ def test_variants_differ_only_in_the_dsl(built):
 
 def test_images_pin_versions_and_keep_tests_out_of_the_sandbox(built):
     out, _ = built
+    images = image_files()
     for dsl in DSLS.values():
         task = out / f"{T28}_{dsl.key}"
         sandbox = (task / "environment/Dockerfile").read_text()
-        grader = (task / "tests/Dockerfile").read_text()
+        grader = images[f"images/grader-{dsl.key}.Dockerfile"].content.decode()
         for image in (sandbox, grader):
             assert f"FROM {BASE_IMAGE}" in image
             assert "torch==2.11.0" in image and "pip uninstall -y triton" in image
@@ -171,11 +198,17 @@ def test_images_pin_versions_and_keep_tests_out_of_the_sandbox(built):
             for package in dsl.other.packages:
                 assert package not in image
         assert "tmux asciinema" in sandbox and "tmux" not in grader
-        assert "COPY . /tests/" in grader and "pip install --no-deps --no-build-isolation /tests/grader" in grader
+        assert f"--dsl {dsl.key} --out /app/docs/{dsl.key}-api" in sandbox
+        assert "COPY problems/ /opt/mkb/problems/" in grader and "USER grader" in grader
         copies = [line for line in sandbox.splitlines() if line.startswith(("COPY", "ADD"))]
         assert copies and not any(("tests" in c or "solution" in c or "grader" in c) for c in copies)
-        # The shared layers are textually identical in the two images of one DSL.
-        assert sandbox.split("# Terminus-2")[0].split("FROM")[1] == grader.split("# ---- task")[0].split("FROM")[1]
+        # The shared layers are textually identical in the sandbox and the grader image of one DSL.
+        shared = sandbox.split("# Terminus-2")[0].split("FROM")[1]
+        assert shared == grader.split("# ---- the grader")[0].split("FROM")[1]
+        verifier = (task / "tests/Dockerfile").read_text()
+        assert "COPY . /tests/" in verifier and "torch" not in verifier and "pip" not in verifier
+    judge = images["images/judge.Dockerfile"].content.decode()
+    assert "docker==7.1.0" in judge and "torch" not in judge
 
 
 def test_solution_installs_the_oracle(built):
@@ -196,31 +229,21 @@ def test_solution_without_oracle_fails_honestly(tmp_path):
     assert "no oracle kernel for this task yet" in run.stderr
 
 
-def _isolated_python(grader_dir, code):
-    """Run ``code`` with the vendored grader first on sys.path and without the editable install."""
-    site = sysconfig.get_paths()["purelib"]
-    prelude = f"import sys; sys.path[:0] = [{str(grader_dir)!r}]; sys.path.append({site!r}); "
+def _isolated_python(path, code):
+    """Run ``code`` with only the standard library and ``path`` (no site-packages, no editable install)."""
+    prelude = f"import sys; sys.path[:0] = [{str(path)!r}]; "
     return subprocess.run([sys.executable, "-S", "-c", prelude + code], capture_output=True, text=True)
 
 
-def test_vendored_grader_is_self_contained(built):
+def test_the_clients_in_the_images_need_only_the_standard_library(built):
     out, _ = built
-    grader = out / f"{T28}_cutedsl/tests/grader"
-    problem = out / f"{T28}_cutedsl/tests/problems/mlp_norm/{T28}.py"
-    run = _isolated_python(grader, (
-        "import metakernelbench, metakernelbench.verifier.result as r; "
-        "from metakernelbench.problems import load_problem; "
-        f"p = load_problem({str(problem)!r}); "
-        "print(metakernelbench.__file__); print(r.__file__); print(p.spec.name)"
-    ))
+    task = out / f"{T28}_cutedsl"
+    run = _isolated_python(task / "tests/client", (
+        "import metakernelbench.verifier.judge.final as f, sys; print(f.__file__); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pydantic', 'harbor')))"))
     assert run.returncode == 0, run.stderr
-    lines = run.stdout.split()
-    assert lines[0].startswith(str(grader)) and lines[1].startswith(str(grader))
-    assert lines[2] == T28
-
-
-def test_vendored_grader_runs_mkb(built):
-    out, _ = built
-    grader = out / f"{T28}_cutedsl/tests/grader"
-    run = _isolated_python(grader, "from metakernelbench.cli import app; print(app.registered_commands)")
+    assert run.stdout.splitlines() == [str(task / "tests/client/metakernelbench/verifier/judge/final.py"), "[]"]
+    run = _isolated_python(task / "environment",
+                           "import metakernelbench.verifier.judge.submit as s; s.main(['--help'])")
     assert run.returncode == 0, run.stderr
+    assert "submissions" in run.stdout

@@ -28,7 +28,8 @@ def _serve(args: argparse.Namespace) -> int:
                          listen=args.listen, unix=Path(args.unix) if args.unix else None, isolation=args.isolation,
                          settings=settings, secrets_dir=Path(args.secrets_dir) if args.secrets_dir else None,
                          budget=args.budget, minutes=args.minutes, images=images,
-                         drop_privileges={"auto": None, "yes": True, "no": False}[args.drop_privileges])
+                         drop_privileges={"auto": None, "yes": True, "no": False}[args.drop_privileges],
+                         watch=args.watch)
     if args.problems_root:
         config.problems_root = Path(args.problems_root)
     if not (config.listen or config.unix):
@@ -41,7 +42,7 @@ def _relay(args: argparse.Namespace) -> int:
     from .relay import Relay, make_server
 
     token = os.environ.get("MKB_JUDGE_RELAY_TOKEN") or Path(args.token_file).read_text().strip()
-    relay = Relay(args.judge, token, args.task, args.minutes)
+    relay = Relay(args.judge, token, args.task, args.minutes, allow_final=args.allow_final)
     relay.register_in_background()
     server = make_server(relay, args.listen)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -91,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--isolation", default="auto", choices=("auto", "docker", "subprocess"))
     s.add_argument("--drop-privileges", default="auto", choices=("auto", "yes", "no"),
                    help="subprocess isolation: run evaluations as a dedicated uid (default: when root)")
+    s.add_argument("--watch", default="auto", choices=("auto", "all", "site", "off"),
+                   help="scan import roots after each evaluation (auto: when evaluations run as the judge's "
+                        "own user; site: installed packages only, not this checkout)")
     s.add_argument("--secrets-dir", default=None, help="write relay.token and final.token here (Docker mode)")
     s.add_argument("--budget", type=int, default=10)
     s.add_argument("--minutes", type=float, default=40.0)
@@ -109,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--token-file", default="/run/mkb-judge/relay.token")
     r.add_argument("--task", required=True)
     r.add_argument("--minutes", type=float, default=None)
+    r.add_argument("--allow-final", action="store_true",
+                   help="let the sandbox ask once for its final grade (the Terminal-Bench layout)")
     r.set_defaults(fn=_relay)
 
     for name, fn, text in (("token", _token, "mint a token"), ("status", _status, "the judge's health"),

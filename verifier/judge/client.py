@@ -138,9 +138,10 @@ class JudgeClient:
     def attempt(self) -> dict:
         return self.request("GET", f"{API}/attempt")
 
-    def register(self, key: str, task: str, minutes: float | None = None, budget: int | None = None) -> dict:
+    def register(self, key: str, task: str, minutes: float | None = None, budget: int | None = None,
+                 self_final: bool = False) -> dict:
         return self.request("POST", f"{API}/attempts", {"key": key, "task": task, "minutes": minutes,
-                                                         "budget": budget})
+                                                         "budget": budget, "self_final": self_final})
 
     def submit(self, source: bytes, kind: str = "feedback", task: str | None = None,
                request_id: str | None = None, attempt_key: str | None = None, reconnect_s: float = 0.0,

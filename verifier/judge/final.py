@@ -53,8 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     url = args.judge or os.environ.get("MKB_JUDGE_URL") or "http://mkb-judge:8765"
     client = JudgeClient(url, token, args.task)
     try:
-        answer = client.submit(kernel.read_bytes(), kind="final", task=args.task, attempt_key=args.attempt_key,
-                               reconnect_s=120)
+        # a judge that is restarting is waited for (2 minutes by default) before giving up
+        reconnect = float(os.environ.get("MKB_JUDGE_RECONNECT_S", "120"))
+        answer = client.submit(kernel.read_bytes(), kind="final", task=args.task,
+                               attempt_key=args.attempt_key or None, reconnect_s=reconnect)
         if answer.get("state") != "done":
             answer = client.wait(answer["id"], reconnect_s=args.timeout, max_wait_s=args.timeout, poll_s=3.0)
     except (JudgeError, TimeoutError) as exc:

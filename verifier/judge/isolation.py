@@ -174,14 +174,27 @@ def _has_marker(pid: int, marker: bytes) -> bool:
         return False
 
 
-def kill_leftovers(marker: str, uid: int | None) -> list[int]:
-    """SIGKILL every process of this evaluation: by its dedicated uid, else by its environment marker."""
+def _has_marker_prefix(pid: int, prefix: bytes) -> bool:
+    try:
+        return any(v.startswith(prefix) for v in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
+    except OSError:
+        return False
+
+
+def kill_leftovers(marker: str, uid: int | None, prefix: bool = False) -> list[int]:
+    """SIGKILL every process of this evaluation: by its dedicated uid, else by its environment marker
+    (``prefix=True``: every evaluation whose marker starts with ``marker``)."""
     me = os.getpid()
     token = f"{EVAL_MARKER}={marker}".encode()
+
+    def ours(pid: int) -> bool:
+        if uid is not None:
+            return _uid_of(pid) == uid
+        return _has_marker_prefix(pid, token) if prefix else _has_marker(pid, token)
+
     killed = []
     for _ in range(5):  # processes may fork while we look: repeat until none is left
-        found = [p for p in _pids() if p != me and ((uid is not None and _uid_of(p) == uid)
-                                                    or (uid is None and _has_marker(p, token)))]
+        found = [p for p in _pids() if p != me and ours(p)]
         if not found:
             break
         for pid in found:
@@ -199,50 +212,62 @@ def kill_leftovers(marker: str, uid: int | None) -> list[int]:
     return killed
 
 
-def import_roots() -> list[Path]:
-    """Directories Python imports from in an evaluation: site-packages, the repository, user site."""
-    roots = {Path(p) for p in (sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib")) if p}
-    roots |= {Path(p) for p in site.getsitepackages()}
-    roots |= {Path(p) for p in sys.path if p and Path(p).is_dir() and not p.endswith(".zip")}
+IMPORT_SUFFIXES = (".py", ".pth", ".so", ".pyc")
+
+
+def _uid_in_use(uid: int) -> bool:
+    return any(_uid_of(p) == uid for p in _pids())
+
+
+def import_roots(scope: str = "all") -> list[tuple[Path, bool]]:
+    """Where an evaluation imports from, as ``(folder, recursive)``: the site-packages folders and our
+    own packages in full; the folders on PYTHONPATH at their top level (a module dropped there would
+    shadow an installed one, while their subfolders, e.g. a jobs folder in a checkout, churn legitimately)."""
     import metakernelbench
 
-    roots.add(Path(metakernelbench.__file__).resolve().parent.parent)
-    return sorted(r.resolve() for r in roots if r.is_dir())
+    deep = {Path(p) for p in (sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib")) if p}
+    deep |= {Path(p) for p in site.getsitepackages()}
+    if site.ENABLE_USER_SITE and site.getusersitepackages():
+        deep.add(Path(site.getusersitepackages()))
+    if scope == "all":  # our own packages too (``site``: not them, e.g. in a checkout others are editing)
+        package = Path(metakernelbench.__file__).resolve().parent
+        deep |= {package, *(package.parent / name for name in ("verifier", "problems"))}
+    shallow = {Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    roots = [(r.resolve(), True) for r in deep if r.is_dir()]
+    roots += [(r.resolve(), False) for r in shallow if r.is_dir() and (r.resolve(), True) not in roots]
+    return sorted(set(roots))
 
 
-def changed_since(roots: list[Path], since_ns: int, limit: int = 20) -> list[str]:
-    """Files or folders under ``roots`` whose inode changed at or after ``since_ns`` (ctime)."""
+def changed_since(roots: list[tuple[Path, bool]], since_ns: int, limit: int = 20) -> list[str]:
+    """Files under ``roots`` whose inode changed at or after ``since_ns`` (ctime, which no one can set
+    back); at the top of a shallow root only files Python would import count."""
     found: list[str] = []
     seen: set[tuple[int, int]] = set()
 
-    def walk(path: str) -> None:
+    def walk(path: str, recursive: bool) -> None:
         try:
             it = os.scandir(path)
         except OSError:
             return
         with it:
             for entry in it:
+                if len(found) >= limit:
+                    return
                 try:
                     st = entry.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                if st.st_ctime_ns >= since_ns and "__pycache__" not in entry.path:
+                is_dir = entry.is_dir(follow_symlinks=False)
+                if "__pycache__" in entry.path:
+                    continue
+                if st.st_ctime_ns >= since_ns and (recursive or entry.name.endswith(IMPORT_SUFFIXES)):
                     found.append(entry.path)
-                    if len(found) >= limit:
-                        return
-                if entry.is_dir(follow_symlinks=False) and (st.st_dev, st.st_ino) not in seen:
+                if recursive and is_dir and (st.st_dev, st.st_ino) not in seen:
                     seen.add((st.st_dev, st.st_ino))
-                    walk(entry.path)
-                    if len(found) >= limit:
-                        return
+                    walk(entry.path, True)
 
-    for root in roots:
-        try:
-            if root.stat().st_ctime_ns >= since_ns:
-                found.append(str(root))
-        except OSError:
-            continue
-        walk(str(root))
+    for root, recursive in roots:
+        walk(str(root), recursive)
     return found[:limit]
 
 
@@ -259,7 +284,7 @@ class SubprocessIsolation:
     name = "subprocess"
 
     def __init__(self, work_root: Path, settings: GradeSettings, problems_root: Path | None = None,
-                 drop_privileges: bool | None = None, watch_imports: bool | None = None):
+                 drop_privileges: bool | None = None, watch_imports: bool | None = None, watch_scope: str = "all"):
         self.work_root = Path(work_root)
         self.work_root.mkdir(parents=True, exist_ok=True)
         self.settings = settings
@@ -276,10 +301,24 @@ class SubprocessIsolation:
                 self.drop = False
                 self.drop_refused = why
         self.watch = (not self.drop) if watch_imports is None else watch_imports
-        self.roots = import_roots() if self.watch else []
+        self.roots = import_roots(watch_scope) if self.watch else []
         self.tainted: list[str] = []
         if self.drop:  # the evaluation uid must be able to reach its folder
             os.chmod(self.work_root, 0o711)
+        # evaluation processes carry a marker unique to this judge's work folder; a judge that died
+        # may have left some running (the runner dies with its judge, its workers may not): end them
+        import hashlib
+
+        self.instance = hashlib.sha256(str(self.work_root.resolve()).encode()).hexdigest()[:10]
+        self.kill_all()
+
+    def kill_all(self) -> list[int]:
+        """End every process of every evaluation of this judge (at start and at shutdown)."""
+        killed = kill_leftovers(f"{self.instance}-", None, prefix=True)
+        if self.drop:
+            for slot in range(64):
+                killed += kill_leftovers("", BASE_EVAL_UID + slot) if _uid_in_use(BASE_EVAL_UID + slot) else []
+        return killed
 
     drop_refused: str | None = None
 
@@ -308,7 +347,7 @@ class SubprocessIsolation:
                           "the judge refuses to evaluate: an earlier submission changed installed files ("
                           + ", ".join(self.tainted[:3]) + "); an operator must restore them")
             return EvalOutcome(res.model_dump(mode="json"), charged=False)
-        marker = f"{req.submission_id}-{secrets.token_hex(6)}"
+        marker = f"{self.instance}-{req.submission_id}-{secrets.token_hex(6)}"
         folder = self.work_root / f"eval-{marker}"
         home, tmp = folder / "home", folder / "tmp"
         for d in (folder, home, tmp):
@@ -394,16 +433,18 @@ class DockerIsolation:
     name = "docker"
 
     def __init__(self, client: Any, images: dict[str, str], settings: GradeSettings, mem_limit: str = "64g",
-                 pids_limit: int = 4096, user: str = "grader"):
+                 pids_limit: int = 4096, user: str = "grader", uid: int = BASE_EVAL_UID,
+                 problems_root: str = "/opt/mkb/problems"):
         self.client, self.images, self.settings = client, images, settings
-        self.mem_limit, self.pids_limit, self.user = mem_limit, pids_limit, user
+        self.mem_limit, self.pids_limit, self.user, self.uid = mem_limit, pids_limit, user, uid
+        self.problems_root = problems_root
 
     def container_spec(self, req: EvalRequest, device: str) -> dict[str, Any]:
         """Keyword arguments of ``client.containers.create`` for one evaluation."""
         gpu = device.split(":", 1)[1] if device.startswith("cuda:") else None
         cmd = ["python", "-m", "metakernelbench.verifier.judge.runner", "--problem", req.problem, "--dsl", req.dsl,
                "--kernel", "/work/kernel.py", "--device", "cuda:0" if gpu is not None else "cpu",
-               *self.settings.runner_flags()]
+               "--problems-root", self.problems_root, *self.settings.runner_flags()]
         spec: dict[str, Any] = dict(
             image=self.images[req.dsl], command=cmd, user=self.user, working_dir="/work",
             network_disabled=True, mem_limit=self.mem_limit, pids_limit=self.pids_limit, shm_size="8g",
@@ -424,7 +465,7 @@ class DockerIsolation:
         return spec
 
     @staticmethod
-    def kernel_archive(source: bytes, uid: int = 1000) -> bytes:
+    def kernel_archive(source: bytes, uid: int = BASE_EVAL_UID) -> bytes:
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
             for name in ("home", "tmp"):
@@ -445,7 +486,7 @@ class DockerIsolation:
             return outcome_without_result(req, report, f"cannot create the evaluation container: {exc}")
         try:
             try:
-                container.put_archive("/work", self.kernel_archive(req.source))
+                container.put_archive("/work", self.kernel_archive(req.source, self.uid))
                 container.start()
             except Exception as exc:  # noqa: BLE001
                 return outcome_without_result(req, report, f"cannot start the evaluation container: {exc}")

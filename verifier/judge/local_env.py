@@ -47,7 +47,10 @@ from harbor.environments.capabilities import EnvironmentCapabilities
 from .client import JudgeClient, JudgeUnavailable
 
 # /tmp last: the other mounts' host sources may live under the host's /tmp
-MOUNTS = ("/app", "/tests", "/solution", "/logs/agent", "/logs/verifier", "/logs/artifacts", "/tmp")
+# /opt/mkb-local holds the trial's `submit` command (bin/) and its HOME (home/).
+MOUNTS = ("/app", "/tests", "/solution", "/opt/mkb-local", "/logs/agent", "/logs/verifier", "/logs/artifacts",
+          "/tmp")
+LOCAL = "/opt/mkb-local"
 SOCKET_MOUNT = "/run/mkb-judge"
 ENV_PASSTHROUGH = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "CUDA_PATH", "CUDA_HOME", "LANG", "LC_ALL", "TZ",
                    "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
@@ -162,7 +165,9 @@ class LocalEnvironment(BaseEnvironment):
 
     @property
     def trial_name(self) -> str:
-        return self.session_id.split("__verifier__", 1)[0]
+        """The trial's folder name: Harbor names the agent's session ``<trial>__env`` and the separate
+        verifier's ``<trial>__verifier__<key>``."""
+        return self.session_id.split("__verifier__", 1)[0].removesuffix("__env")
 
     @property
     def _root(self) -> Path:
@@ -170,13 +175,14 @@ class LocalEnvironment(BaseEnvironment):
 
     def _host(self, path: str) -> Path:
         """Where a path of the sandbox lives on the host."""
-        logs = {"/logs/agent": self.trial_paths.agent_dir, "/logs/verifier": self.trial_paths.verifier_dir,
-                "/logs/artifacts": self.trial_paths.artifacts_dir}
+        # Harbor's own mounts first (they say where it expects the log folders on the host), then
+        # this environment's private folders
+        logs = {m["target"]: Path(m["source"]) for m in self._mounts if m.get("type") == "bind"}
         text = str(path)
-        for inside, host in logs.items():
+        for inside, host in sorted(logs.items(), key=lambda kv: -len(kv[0])):
             if text == inside or text.startswith(inside + "/"):
-                return Path(host) / text[len(inside):].lstrip("/")
-        for inside in ("/app", "/tests", "/solution", "/tmp"):
+                return host / text[len(inside):].lstrip("/")
+        for inside in ("/app", "/tests", "/solution", "/tmp", LOCAL, "/logs"):
             if text == inside or text.startswith(inside + "/"):
                 return self._root / inside.lstrip("/") / text[len(inside):].lstrip("/")
         return Path(text)  # anything else is the host's own file system (the stand-in image)
@@ -191,15 +197,18 @@ class LocalEnvironment(BaseEnvironment):
         if why:
             raise RuntimeError(f"the local environment cannot isolate commands here: {why}")
         _ensure_mount_points()
-        for name in ("app", "tests", "solution", "tmp", "home", "bin"):
+        for name in ("app", "tests", "solution", "tmp", "opt/mkb-local/home", "opt/mkb-local/bin"):
             (self._root / name).mkdir(parents=True, exist_ok=True)
+        for inside in MOUNTS:
+            self._host(inside).mkdir(parents=True, exist_ok=True)
         os.chmod(self._root / "tmp", 0o1777)
         self.trial_paths.mkdir()
         copies, workdir, env = dockerfile_copies(self.environment_dir / "Dockerfile")
         for sources, target in copies:
             self._lay_out(sources, target)
+        await asyncio.to_thread(self._dsl_docs)
         self._workdir = workdir or "/app"
-        submit = self._root / "bin" / "submit"
+        submit = self._host(f"{LOCAL}/bin/submit")
         submit.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m metakernelbench.verifier.judge.submit "
                           '"$@"\n')
         submit.chmod(0o755)
@@ -216,6 +225,21 @@ class LocalEnvironment(BaseEnvironment):
                 raise RuntimeError(f"attempt {self.trial_name} is already registered with the judge")
         env.update({"MKB_JUDGE_URL": f"unix:{SOCKET_MOUNT}/judge.sock", "MKB_JUDGE_TOKEN": token, "MKB_TASK": task})
         self._exec_env = env
+
+    def _dsl_docs(self) -> None:
+        """The image's generated DSL API reference (its one RUN step the sandbox needs), cached per DSL."""
+        text = (self.environment_dir / "Dockerfile").read_text()
+        m = re.search(r"mkb_dsl_docs\.py --dsl (\w+) --out (\S+)", text)
+        if not m or not (self.environment_dir / "dsl_docs.py").is_file():
+            return
+        cache = self._state.parent / f"{self._state.name}.cache" / "dsl-docs" / m[1]
+        with open(self._state.parent / f"{self._state.name}.docs.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (cache / "index.md").is_file():
+                subprocess.run([sys.executable, str(self.environment_dir / "dsl_docs.py"), "--dsl", m[1],
+                                "--out", str(cache)], capture_output=True, timeout=600)
+        if (cache / "index.md").is_file():
+            shutil.copytree(cache, self._host(m[2]), dirs_exist_ok=True)
 
     def _lay_out(self, sources: list[str], target: str) -> None:
         dest = self._host(target)
@@ -255,9 +279,9 @@ class LocalEnvironment(BaseEnvironment):
             shutil.copy(src, target_path)
 
     async def download_dir(self, source_dir, target_dir) -> None:
-        src = self._host(source_dir)
-        if src.resolve() != Path(target_dir).resolve():
-            shutil.copytree(src, target_dir, dirs_exist_ok=True)
+        src, dst = self._host(source_dir).resolve(), Path(target_dir).resolve()
+        if dst != src and not dst.is_relative_to(src):  # already there (a mounted folder) or a copy into itself
+            shutil.copytree(src, dst, dirs_exist_ok=True)
 
     def _hidden(self) -> list[Path]:
         import metakernelbench
@@ -269,12 +293,12 @@ class LocalEnvironment(BaseEnvironment):
 
     def _environment(self, env: dict[str, str] | None) -> dict[str, str]:
         out = {k: os.environ[k] for k in ENV_PASSTHROUGH if k in os.environ}
-        out["PATH"] = os.pathsep.join([str(self._root / "bin"), str(Path(sys.executable).parent),
+        out["PATH"] = os.pathsep.join([f"{LOCAL}/bin", str(Path(sys.executable).parent),
                                        out.get("PATH", "/usr/bin:/bin")])
-        out.update({"HOME": str(self._root / "home"), "TERM": "xterm-256color", "TMPDIR": "/tmp",
+        out.update({"HOME": f"{LOCAL}/home", "TERM": "xterm-256color", "TMPDIR": "/tmp",
                     MARKER: self.session_id})
-        out.update(self._exec_env)
         out.update(self._merge_env(env) or {})
+        out.update(self._exec_env)  # the judge this environment registered with beats the task's defaults
         return out
 
     def wrap(self, command: str, cwd: str | None) -> list[str]:
@@ -283,9 +307,10 @@ class LocalEnvironment(BaseEnvironment):
         for inside in MOUNTS[:-1]:
             lines.append(f"mount --bind {shlex.quote(str(self._host(inside)))} {inside}")
         lines.append(f"mount --bind {shlex.quote(str(socket_path(self._state).parent))} {SOCKET_MOUNT}")
-        for path in self._hidden():
-            lines.append(f"mount -t tmpfs -o size=64k,mode=0755 mkb-hidden {shlex.quote(str(path))}")
         lines.append(f"mount --bind {shlex.quote(str(self._host('/tmp')))} /tmp")
+        for path in self._hidden():  # (what was under the host's /tmp is out of sight already)
+            if not path.resolve().is_relative_to("/tmp"):
+                lines.append(f"mount -t tmpfs -o size=64k,mode=0755 mkb-hidden {shlex.quote(str(path))}")
         if self._network_disabled or self._network_is_allowlist:
             lines.append("ip link set lo up 2>/dev/null || true")
         lines.append(f"cd {shlex.quote(cwd or self._workdir)}")
@@ -340,6 +365,7 @@ def _can_unshare() -> bool:
 
 
 def _ensure_mount_points() -> None:
+    """Empty folders to mount over (created once; they stay empty on the host)."""
     for mount in (*MOUNTS, SOCKET_MOUNT):
         if not Path(mount).is_dir() and os.geteuid() == 0:
             Path(mount).mkdir(parents=True, exist_ok=True)

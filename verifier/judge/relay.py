@@ -6,7 +6,8 @@ registers the attempt with the judge, using the relay token from the judge's sec
 container hostname as the attempt key (stable if the container restarts, so a restart cannot reset
 the budget), and from then on forwards the sandbox's feedback calls with the attempt's token. The
 sandbox therefore never holds a token, cannot reach other trials, and cannot ask for more budget or
-a final grade.
+a final grade (except with ``--allow-final``, the Terminal-Bench layout, whose tests run in the
+sandbox's own container: then the attempt may ask once, and that ends its feedback).
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ MAX_BODY = 2 * 1024 * 1024
 
 
 class Relay:
-    def __init__(self, judge_url: str, relay_token: str, task: str, minutes: float | None, key: str | None = None):
+    def __init__(self, judge_url: str, relay_token: str, task: str, minutes: float | None, key: str | None = None,
+                 allow_final: bool = False):
         self.judge = JudgeClient(judge_url, relay_token)
-        self.task, self.minutes = task, minutes
+        self.task, self.minutes, self.allow_final = task, minutes, allow_final
         self.key = key or f"relay:{socket.gethostname()}:{task}"
         self._token: str | None = None
         self._lock = threading.Lock()
@@ -39,7 +41,7 @@ class Relay:
     def attempt_token(self) -> str:
         with self._lock:
             if self._token is None:
-                answer = self.judge.register(self.key, self.task, self.minutes)
+                answer = self.judge.register(self.key, self.task, self.minutes, self_final=self.allow_final)
                 token = answer.get("token")
                 if not token:
                     raise JudgeError(409, "this attempt was registered before and its token is lost "
@@ -66,7 +68,8 @@ class Relay:
         if not any(m == method and rx.fullmatch(path) for m, rx in ALLOWED):
             return 404, {"error": f"no route {method} {path}"}
         if body is not None:
-            body = {**body, "kind": "feedback", "task": self.task}
+            kind = "final" if self.allow_final and body.get("kind") == "final" else "feedback"
+            body = {**body, "kind": kind, "task": self.task}
             body.pop("attempt_key", None)
         try:
             client = JudgeClient(self.judge.url, self.attempt_token(), self.task)

@@ -33,12 +33,21 @@ def _private_report_stream():
     return os.fdopen(fd, "w", buffering=1)
 
 
+PR_SET_PDEATHSIG = 1
+
+
 def _undumpable() -> None:
+    """No /proc or ptrace access from the same user; and die with the judge (no orphaned evaluation
+    keeps a GPU busy after its judge is gone)."""
+    parent = os.getppid()
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: nothing to protect against here
         pass
+    if os.getppid() != parent:  # the judge died before the death signal was armed
+        os._exit(3)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -42,6 +42,7 @@ class JudgeConfig:
     minutes: float = DEFAULT_MINUTES
     images: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_IMAGES))
     drop_privileges: bool | None = None
+    watch: str = "auto"  # auto | all | site | off: the import-root scan when evaluations cannot drop privileges
 
 
 def read_or_create_token(path: Path, prefix: str, mode: int = 0o600) -> str:
@@ -64,8 +65,10 @@ def make_isolation(config: JudgeConfig):
             return DockerIsolation(client, config.images, config.settings)
         if config.isolation == "docker":
             raise SystemExit("--isolation docker: no Docker daemon answers (or the docker SDK is missing)")
+    watch = None if config.watch == "auto" else config.watch != "off"
     return SubprocessIsolation(config.state / "work", config.settings, config.problems_root,
-                               drop_privileges=config.drop_privileges)
+                               drop_privileges=config.drop_privileges, watch_imports=watch,
+                               watch_scope="site" if config.watch == "site" else "all")
 
 
 class RunningJudge:
@@ -107,6 +110,10 @@ class RunningJudge:
         if crash:
             self.scheduler.abandon()
         else:
+            self.scheduler.abandon()  # what runs now is queued again at the next start
+            kill_all = getattr(self.isolation, "kill_all", None)
+            if kill_all:
+                kill_all()
             self.scheduler.stop()
         self.store.close()
 

@@ -66,6 +66,7 @@ class RegisterBody(BaseModel):
     task: str
     minutes: float | None = None
     budget: int | None = Field(None, ge=0, le=1000)
+    self_final: bool = False
 
 
 class SubmitBody(BaseModel):
@@ -154,7 +155,7 @@ class Judge:
         problem, dsl = self._check_task(body.task)
         budget = self.default_budget if body.budget is None else body.budget
         minutes = self.default_minutes if body.minutes is None else body.minutes
-        attempt, token = self.store.register(body.key, body.task, problem, dsl, budget, minutes)
+        attempt, token = self.store.register(body.key, body.task, problem, dsl, budget, minutes, body.self_final)
         if attempt.task != body.task:
             raise ApiError(409, f"attempt {body.key!r} belongs to task {attempt.task}")
         return {"attempt": attempt.id, "key": attempt.key, "token": token, **self._budget(attempt)}
@@ -209,6 +210,19 @@ class Judge:
             if sub is None:
                 sub = self.store.record_rejection(attempt, FEEDBACK, task, problem, dsl, source, why)
                 return self.view(sub, attempt)
+        elif body.kind == FINAL and who.scope == "attempt" and who.attempt is not None:
+            # an attempt that grades itself at its end (the Terminal-Bench layout: tests run in the
+            # sandbox's container); allowed once, and it ends the attempt's feedback
+            attempt = who.attempt
+            if not attempt.self_final:
+                raise ApiError(403, "this attempt's final grade is asked for by the verifier, not the sandbox")
+            if self.store.finals(attempt.id):
+                raise ApiError(409, "this attempt's final grade was already asked for")
+            self.store.close_attempt(attempt.id)
+            if len(source) > MAX_KERNEL_BYTES:
+                source = source[: MAX_KERNEL_BYTES + 1]
+            sub, _ = self.store.enqueue(attempt, FINAL, attempt.task, attempt.problem, attempt.dsl, source,
+                                        body.request_id, budget_check=False)
         elif body.kind == FINAL:
             self._require(who, "final")
             task = body.task or task_header

@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS attempts (
     dsl TEXT NOT NULL,
     budget INTEGER NOT NULL,
     created_at REAL NOT NULL,
-    deadline REAL
+    deadline REAL,
+    self_final INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS tokens (
     hash TEXT PRIMARY KEY,
@@ -102,6 +103,7 @@ class Attempt:
     budget: int
     created_at: float
     deadline: float | None
+    self_final: int = 0
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,21 @@ class Submission:
     finished_at: float | None
 
 
+@dataclass
+class _Result:
+    rows: list[sqlite3.Row]
+    lastrowid: int | None
+
+    def fetchone(self) -> sqlite3.Row | None:
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self) -> list[sqlite3.Row]:
+        return self.rows
+
+    def __iter__(self):
+        return iter(self.rows)
+
+
 class Store:
     """Thread-safe access to the judge database (one connection, serialized by a lock)."""
 
@@ -139,14 +156,19 @@ class Store:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(SCHEMA)
+        columns = {r["name"] for r in self._db.execute("PRAGMA table_info(attempts)")}
+        if "self_final" not in columns:  # a database written by the first version of this schema
+            self._db.execute("ALTER TABLE attempts ADD COLUMN self_final INTEGER NOT NULL DEFAULT 0")
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
-    def _tx(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+    def _tx(self, sql: str, args: tuple = ()) -> _Result:
+        """One statement, its rows fetched under the lock (the connection is shared by threads)."""
         with self._lock:
-            return self._db.execute(sql, args)
+            cur = self._db.execute(sql, args)
+            return _Result(cur.fetchall(), cur.lastrowid)
 
     # ---- tokens ------------------------------------------------------------------------------
     def mint(self, scope: str, attempt_id: int | None = None, label: str = "") -> str:
@@ -175,7 +197,7 @@ class Store:
         return Attempt(**dict(row)) if row else None
 
     def register(self, key: str, task: str, problem: str, dsl: str, budget: int,
-                 minutes: float | None) -> tuple[Attempt, str | None]:
+                 minutes: float | None, self_final: bool = False) -> tuple[Attempt, str | None]:
         """Create the attempt ``key`` (idempotent) and mint its token; an existing key gets none."""
         with self._lock:
             found = self.attempt_by_key(key)
@@ -184,10 +206,19 @@ class Store:
             now = time.time()
             deadline = now + 60 * minutes if minutes else None
             cur = self._db.execute(
-                "INSERT INTO attempts(key, task, problem, dsl, budget, created_at, deadline) VALUES (?,?,?,?,?,?,?)",
-                (key, task, problem, dsl, budget, now, deadline))
+                "INSERT INTO attempts(key, task, problem, dsl, budget, created_at, deadline, self_final) "
+                "VALUES (?,?,?,?,?,?,?,?)", (key, task, problem, dsl, budget, now, deadline, int(self_final)))
             attempt = self.attempt(cur.lastrowid)
             return attempt, self.mint("attempt", attempt.id, key)
+
+    def close_attempt(self, attempt_id: int) -> None:
+        """No more feedback for this attempt (its own final grade was asked for)."""
+        self._tx("UPDATE attempts SET deadline = ? WHERE id = ?", (time.time(), attempt_id))
+
+    def finals(self, attempt_id: int) -> int:
+        row = self._tx("SELECT COUNT(*) FROM submissions WHERE attempt_id = ? AND kind = ? AND state != 'rejected'",
+                       (attempt_id, FINAL)).fetchone()
+        return int(row[0])
 
     def used(self, attempt_id: int) -> int:
         """Feedback submissions that count against the budget: charged, or still pending."""
@@ -335,7 +366,7 @@ class Store:
         return walls[len(walls) // 2] if walls else None
 
     def evaluations(self) -> list[dict[str, Any]]:
-        return [dict(r) for r in self._tx("SELECT * FROM evaluations ORDER BY id").fetchall()]
+        return [dict(r) for r in self._tx("SELECT * FROM evaluations ORDER BY id")]
 
     def submissions(self, attempt_id: int | None = None) -> list[Submission]:
         if attempt_id is None:

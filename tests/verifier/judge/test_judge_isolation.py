@@ -125,7 +125,7 @@ def test_leftover_daemons_are_killed(tmp_path):
 def test_files_written_into_import_roots_are_caught(tmp_path, monkeypatch):
     roots = tmp_path / "site"
     roots.mkdir()
-    monkeypatch.setattr(iso_mod, "import_roots", lambda: [roots])
+    monkeypatch.setattr(iso_mod, "import_roots", lambda scope: [(roots, True)])
     out, _, isolation = run(tmp_path, f"""
         emit({{"stage": "grading"}})
         open({str(roots / "evil.pth")!r}, "w").write("import os\\n")
@@ -222,3 +222,19 @@ def test_docker_daemon_faults_are_not_charged():
     isolation = DockerIsolation(Broken(None), {"tirx": "x"}, GradeSettings())
     out = isolation.evaluate(EvalRequest(3, PROBLEM, "tirx", b"x=1\n"), "cuda:0", 0, lambda s: None)
     assert out.result["status"] == "INFRA_ERROR" and not out.charged
+
+
+def test_import_roots_watch_packages_deeply_and_pythonpath_shallowly(tmp_path, monkeypatch):
+    shallow = tmp_path / "checkout"
+    (shallow / "jobs" / "trial").mkdir(parents=True)
+    monkeypatch.setenv("PYTHONPATH", str(shallow))
+    roots = dict(iso_mod.import_roots())
+    assert roots[shallow.resolve()] is False
+    assert any(deep and (root / "metakernelbench").is_dir() or root.name == "site-packages"
+               for root, deep in roots.items())
+    since = time.time_ns()
+    time.sleep(0.01)
+    (shallow / "jobs" / "trial" / "result.json").write_text("{}")  # legitimate churn below the top
+    assert iso_mod.changed_since([(shallow, False)], since) == []
+    (shallow / "numpy.py").write_text("")  # would shadow an installed module
+    assert iso_mod.changed_since([(shallow, False)], since) == [str(shallow / "numpy.py")]
