@@ -23,4 +23,10 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[cutedsl,tirx,dev]"
+# terminal-bench, in a venv of its own (its dependency pins are not Harbor's): the test of the
+# Terminal-Bench layout (`mkb build --format terminal-bench`) validates tasks with its own task model.
+if [ ! -x .venv-tb/bin/python ]; then
+  "$(pick_python)" -m venv .venv-tb
+fi
+.venv-tb/bin/python -m pip install -q terminal-bench==0.2.18
 .venv/bin/python -c 'import metakernelbench, torch, cutlass, tvm, harbor; print("setup ok: torch", torch.__version__, "tvm", tvm.__version__)'

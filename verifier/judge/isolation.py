@@ -32,6 +32,7 @@ import subprocess
 import sys
 import sysconfig
 import tarfile
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -312,6 +313,10 @@ class SubprocessIsolation:
         self.instance = hashlib.sha256(str(self.work_root.resolve()).encode()).hexdigest()[:10]
         self.kill_all()
 
+    def describe(self) -> dict[str, Any]:
+        return {"drop_privileges": self.drop, "drop_refused": (self.drop_refused or "")[:200] or None,
+                "watch_imports": self.watch, "watched_roots": len(self.roots), "tainted": self.tainted[:5]}
+
     def kill_all(self) -> list[int]:
         """End every process of every evaluation of this judge (at start and at shutdown)."""
         killed = kill_leftovers(f"{self.instance}-", None, prefix=True)
@@ -348,23 +353,26 @@ class SubprocessIsolation:
                           + ", ".join(self.tainted[:3]) + "); an operator must restore them")
             return EvalOutcome(res.model_dump(mode="json"), charged=False)
         marker = f"{self.instance}-{req.submission_id}-{secrets.token_hex(6)}"
-        folder = self.work_root / f"eval-{marker}"
-        home, tmp = folder / "home", folder / "tmp"
-        for d in (folder, home, tmp):
+        folder = self.work_root / f"eval-{req.submission_id}-{marker[-6:]}"
+        home = folder / "home"
+        for d in (folder, home):
             d.mkdir(mode=0o700)
+        # a short TMPDIR: multiprocessing puts unix sockets there, and their paths must stay under 108 bytes
+        tmp = Path(tempfile.mkdtemp(prefix=f"mkb-{marker[-6:]}-", dir="/tmp" if os.path.isdir("/tmp") else None))
         kernel = folder / "kernel.py"
         kernel.write_bytes(req.source)
         uid = BASE_EVAL_UID + slot if self.drop else None
         if uid is not None:
             for path in (folder, home, tmp, kernel):
                 os.chown(path, uid, uid)
-        log = folder.parent / f"eval-{marker}.log"
+        log = folder.parent / f"{folder.name}.log"
         started_ns = time.time_ns()
         try:
             return self._run(req, device, kernel, folder, home, tmp, marker, uid, log, started_ns, on_stage)
         finally:
             kill_leftovers(marker, uid)
             shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
             log.unlink(missing_ok=True)
 
     def _run(self, req, device, kernel, folder, home, tmp, marker, uid, log, started_ns, on_stage) -> EvalOutcome:
@@ -438,6 +446,9 @@ class DockerIsolation:
         self.client, self.images, self.settings = client, images, settings
         self.mem_limit, self.pids_limit, self.user, self.uid = mem_limit, pids_limit, user, uid
         self.problems_root = problems_root
+
+    def describe(self) -> dict[str, Any]:
+        return {"images": self.images, "user": self.user, "mem_limit": self.mem_limit}
 
     def container_spec(self, req: EvalRequest, device: str) -> dict[str, Any]:
         """Keyword arguments of ``client.containers.create`` for one evaluation."""

@@ -300,7 +300,9 @@ class Judge:
 
     def health(self) -> dict:
         return {"ok": True, "service": "metakernelbench-judge", "devices": self.scheduler.devices,
-                "isolation": self.scheduler.isolation.name, "queue": self.store.counts(),
+                "isolation": self.scheduler.isolation.name,
+                "isolation_details": getattr(self.scheduler.isolation, "describe", dict)(),
+                "queue": self.store.counts(),
                 "busy": {d: s for d, s in self.scheduler.busy.items()}, "uptime_s": time.time() - self.started_at}
 
     def mint(self, who: Principal, body: TokenBody) -> dict:

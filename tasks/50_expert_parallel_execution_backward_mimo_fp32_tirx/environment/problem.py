@@ -16,7 +16,10 @@ PROVENANCE = dict(
     model="MiMo-V2-Flash",
     upstream="nvidia/SOL-ExecBench L2/025_moe_expert_parallel_execution_backward, workload index 8",
     license="math and shapes only (SOL-ExecBench data is not redistributed); reference written here",
-    notes="Measured on the H200 (benchmarks/h200_problems.py): the eager reference took 22.6 ms per call at"
+    notes="Second H200 measurement: 21.6 ms per call, still above 20 ms; cut to experts 256 -> 128 (time "
+    "tracks the expert count, not the tokens: 256 experts of fp32 weights and weight gradients "
+    "dominate; 128 is one expert-parallel half). "
+    "Measured on the H200 (benchmarks/h200_problems.py): the eager reference took 22.6 ms per call at"
     " the previous workload, above the 20 ms ceiling; cut to tokens 384 -> 256. "
     "Expert intermediate 1024 (adapted upstream from the model's 2048). Tokens cut from 6144 "
     "to 384: the full workload is ~3.7 TFLOP of strict fp32 (~80 ms eager) on top of 12.9 GB of "
@@ -31,7 +34,7 @@ OUTPUTS = ("grad_hidden_states", "grad_topk_weights", "grad_gate_weights", "grad
 SMALL_WORKLOAD = dict(tokens=12, hidden=16, inter=8, experts=8, top_k=3)
 
 
-def make_inputs(device, generator, *, tokens=256, hidden=4096, inter=1024, experts=256, top_k=8):
+def make_inputs(device, generator, *, tokens=256, hidden=4096, inter=1024, experts=128, top_k=8):
     def randn(*shape, std=1.0):
         return std * torch.randn(*shape, device=device, generator=generator)
 

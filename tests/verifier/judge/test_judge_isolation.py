@@ -139,8 +139,12 @@ def test_files_written_into_import_roots_are_caught(tmp_path, monkeypatch):
 def test_evaluation_folders_are_removed(tmp_path):
     _, _, isolation = run(tmp_path, f"""
         emit({{"stage": "grading"}}); print({RESULT!r}, flush=True)
+        open(os.path.join(os.environ["TMPDIR"], "x"), "w").write(os.environ["TMPDIR"])
+        open({str(tmp_path / "tmpdir")!r}, "w").write(os.environ["TMPDIR"])
     """)
     assert list(isolation.work_root.iterdir()) == []
+    tmpdir = (tmp_path / "tmpdir").read_text()
+    assert len(tmpdir) < 40 and not os.path.exists(tmpdir)  # short (unix sockets live there) and removed
 
 
 def test_the_real_runner_reports_infra_for_an_unknown_problem(tmp_path):
