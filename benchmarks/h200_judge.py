@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     command = "python3 benchmarks/h200_judge.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     work = Path(tempfile.mkdtemp(prefix="mkb-h200-judge-"))
+    work.chmod(0o711)  # the judge drops each evaluation to its own uid: it must traverse to its folder
     state = work / "state"
     proc, url = start_judge(state, args.device, shlex.split(args.judge_args))
     record: dict = {"command": command, "commit": _git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
