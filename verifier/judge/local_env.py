@@ -219,10 +219,7 @@ class LocalEnvironment(BaseEnvironment):
             token = admin.request("POST", "/v1/tokens", {"scope": "final", "label": self.trial_name})["token"]
             env["MKB_ATTEMPT_KEY"] = self.trial_name
         else:
-            answer = admin.register(self.trial_name, task, minutes)
-            token = answer.get("token")
-            if not token:
-                raise RuntimeError(f"attempt {self.trial_name} is already registered with the judge")
+            token = admin.register(self.trial_name, task, minutes)["token"]
         env.update({"MKB_JUDGE_URL": f"unix:{SOCKET_MOUNT}/judge.sock", "MKB_JUDGE_TOKEN": token, "MKB_TASK": task})
         self._exec_env = env
 

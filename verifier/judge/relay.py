@@ -42,11 +42,7 @@ class Relay:
         with self._lock:
             if self._token is None:
                 answer = self.judge.register(self.key, self.task, self.minutes, self_final=self.allow_final)
-                token = answer.get("token")
-                if not token:
-                    raise JudgeError(409, "this attempt was registered before and its token is lost "
-                                          "(the relay's state does not survive its container)")
-                self._token = token
+                self._token = answer["token"]
             return self._token
 
     def register_in_background(self) -> None:

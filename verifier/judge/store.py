@@ -198,11 +198,12 @@ class Store:
 
     def register(self, key: str, task: str, problem: str, dsl: str, budget: int,
                  minutes: float | None, self_final: bool = False) -> tuple[Attempt, str | None]:
-        """Create the attempt ``key`` (idempotent) and mint its token; an existing key gets none."""
+        """Create the attempt ``key`` and mint a token for it; an existing key keeps its attempt (budget,
+        deadline) and gets a new token (a relay that restarted lost its own)."""
         with self._lock:
             found = self.attempt_by_key(key)
             if found:
-                return found, None
+                return found, self.mint("attempt", found.id, key)
             now = time.time()
             deadline = now + 60 * minutes if minutes else None
             cur = self._db.execute(

@@ -56,6 +56,17 @@ def test_budget_charging_and_refusals_that_cost_nothing(judge):
     assert client.attempt()["submissions_left"] == 0
 
 
+def test_registering_again_keeps_the_attempt(judge):
+    running, _ = judge
+    client, _ = attempt_client(running)
+    client.wait(client.submit(GOOD)["id"], poll_s=0.05)
+    again, answer = attempt_client(running)  # e.g. a relay container that restarted
+    assert answer["used"] == 1 and again.attempt()["submissions_left"] == 2
+    with pytest.raises(JudgeError) as err:
+        attempt_client(running, task="metakernelbench/28_fused_add_rmsnorm_h4096_llama31_8b_bf16_cutedsl")
+    assert err.value.status == 409
+
+
 def test_request_ids_make_resubmission_idempotent(judge):
     running, _ = judge
     client, _ = attempt_client(running)
