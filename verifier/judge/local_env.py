@@ -288,6 +288,19 @@ class LocalEnvironment(BaseEnvironment):
         paths += [repo / name for name in ("oracles", "tests", "tasks", "results", ".git")]
         return [p for p in paths if p.exists()]
 
+    @staticmethod
+    def _kept_under_tmp() -> list[Path]:
+        """Host folders the sandbox's Python needs that live under /tmp (a venv or a checkout there).
+
+        The sandbox gets a private /tmp, which would hide them; ``wrap`` binds them back in place.
+        """
+        import metakernelbench
+
+        repo = Path(metakernelbench.__file__).resolve().parent.parent
+        keep = sorted({Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), repo})
+        under = [p for p in keep if p.is_relative_to("/tmp")]
+        return [p for p in under if not any(p != q and p.is_relative_to(q) for q in under)]
+
     def _environment(self, env: dict[str, str] | None) -> dict[str, str]:
         out = {k: os.environ[k] for k in ENV_PASSTHROUGH if k in os.environ}
         out["PATH"] = os.pathsep.join([f"{LOCAL}/bin", str(Path(sys.executable).parent),
@@ -304,9 +317,16 @@ class LocalEnvironment(BaseEnvironment):
         for inside in MOUNTS[:-1]:
             lines.append(f"mount --bind {shlex.quote(str(self._host(inside)))} {inside}")
         lines.append(f"mount --bind {shlex.quote(str(socket_path(self._state).parent))} {SOCKET_MOUNT}")
+        kept = self._kept_under_tmp()
+        for i, path in enumerate(kept):  # hold what must survive the private /tmp ...
+            lines.append(f"mkdir -p {LOCAL}/.hold{i} && mount --bind {shlex.quote(str(path))} {LOCAL}/.hold{i}")
         lines.append(f"mount --bind {shlex.quote(str(self._host('/tmp')))} /tmp")
-        for path in self._hidden():  # (what was under the host's /tmp is out of sight already)
-            if not path.resolve().is_relative_to("/tmp"):
+        for i, path in enumerate(kept):  # ... put it back where it was, and drop the holding mount
+            lines.append(f"mkdir -p {shlex.quote(str(path))} && mount --bind {LOCAL}/.hold{i} "
+                         f"{shlex.quote(str(path))} && umount {LOCAL}/.hold{i}")
+        for path in self._hidden():  # (the rest of the host's /tmp is out of sight already)
+            real = path.resolve()
+            if not real.is_relative_to("/tmp") or any(real.is_relative_to(k) for k in kept):
                 lines.append(f"mount -t tmpfs -o size=64k,mode=0755 mkb-hidden {shlex.quote(str(path))}")
         if self._network_disabled or self._network_is_allowlist:
             lines.append("ip link set lo up 2>/dev/null || true")
