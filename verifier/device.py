@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+_synchronize = torch.cuda.synchronize  # bound at import, before any submission code runs
+
 
 @dataclass
 class DeviceTools:
@@ -34,7 +36,7 @@ class DeviceTools:
     def sync(self) -> None:
         """Wait for all work on every stream of the device (not just the current stream)."""
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+            _synchronize(self.device)
 
     def reset_persisting_l2(self) -> bool:
         """Set the persisting-L2 limit to 0 and evict persisting lines; False when unavailable."""

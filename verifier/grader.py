@@ -4,8 +4,10 @@ Order of one grade (DESIGN §4):
 1. static rules on the source (no code of it runs before this passes);
 2. the candidate process imports the file; 5 correctness draws, each compared against the
    reference and the float64 anchor computed here, plus an input-mutation check;
-3. eager reference timed (trusted worker, same loop), candidate timed (10 warmup + 50 timed,
-   fresh draws, seeds shared with the reference loop), eager reference timed again;
+3. the eager reference's baseline (cached per problem, workload, device and software, 100 samples)
+   drift-checked by a short loop of the trusted reference worker; the candidate timed (10 warmup +
+   50 timed, fresh draws). Every call is timed by the grader's own clock between a GO and a DONE
+   signal in shared memory (``doorbell``), so the time is the call's, not a pipe round trip's;
 4. 3 of the 50 timed calls, drawn secretly here before timing (never sent), rechecked;
 5. the bypass test: each DSL launch site suppressed in turn on a fresh draw; valid outputs mean
    that kernel did not matter, and the submission is rejected;
@@ -13,14 +15,18 @@ Order of one grade (DESIGN §4):
 
 Seeds come from ``SystemRandom``; the candidate only ever receives one draw's input tensors per
 request, after its previous call returned, and replies through ``wire`` (never unpickled here).
+The candidate's worker runs under OS limits (``sandbox``) and writes only in a per-evaluation scratch
+folder, removed afterwards; no other process may hold the GPU while timing (``gpu_procs``).
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import sys
+import tempfile
 import time
 import types
 from contextlib import contextmanager
@@ -35,8 +41,11 @@ import torch.multiprocessing as tmp
 from metakernelbench.problem_kit import anchor_mode
 from metakernelbench.problems import Problem
 
+from . import baseline as baseline_mod
 from . import floor as floor_mod
 from .correctness import check_draw, check_output
+from .doorbell import DONE, READY, Doorbell
+from .gpu_procs import GpuProcesses, pci_bus_id
 from .result import SPEEDUP_CAP, GradeResult, Mismatch, Status, Timing, failure
 from .rules import scan_source
 from .tensors import StructureError, promote_floats, snapshot_graded
@@ -46,7 +55,8 @@ from .worker import main as worker_main
 
 MAX_KERNEL_BYTES = 512 * 1024
 SCRUBBED_PREFIXES = ("TVM_", "CUTE_DSL_", "CUTLASS_", "PYTORCH_", "TORCH_", "CUDA_LAUNCH_BLOCKING",
-                     "LD_PRELOAD", "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONBREAKPOINT", "NVIDIA_TF32")
+                     "LD_PRELOAD", "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONBREAKPOINT", "NVIDIA_TF32",
+                     "MKB_", "CUDA_CACHE_")
 
 
 @dataclass(frozen=True)
@@ -59,20 +69,15 @@ class GradeConfig:
     call_timeout_s: float = 120.0
     first_call_timeout_s: float = 900.0
     eager_drift_flag: float = 0.10
+    eager_baseline_warmup: int = 10
+    eager_baseline_timed: int = 100
+    eager_check_warmup: int = 3
+    eager_check_timed: int = 20
+    eager_cache: bool = True  # reuse a baseline measured earlier (baseline.default_cache_dir())
     max_bypass_sites: int = 16
     max_output_bytes: int = 8 << 30
-
-
-@dataclass
-class LoopTimes:
-    """One side's timed calls: the times its process reported and the grader's own round trips."""
-
-    reported_ms: list[float]
-    wall_ms: list[float]
-
-    @property
-    def overhead_ms(self) -> list[float]:
-        return [w - r for w, r in zip(self.wall_ms, self.reported_ms, strict=True)]
+    foreign_gpu_wait_s: float = 10.0
+    require_sandbox: bool = False  # an OS limit that cannot be set is INFRA_ERROR instead of a note
 
 
 def _median(values: list[float]) -> float:
@@ -81,29 +86,17 @@ def _median(values: list[float]) -> float:
     return ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
 
 
-def trusted_timing(kernel: LoopTimes, eager: list[LoopTimes]) -> tuple[Timing, dict[str, float]]:
-    """The kernel's samples checked against the grader's clock, which the kernel process cannot touch.
+@dataclass
+class LoopTimes:
+    """One side's timed calls by the grader's clock, and what its worker's own stopwatch said."""
 
-    A call's time is measured inside the kernel's process (a device-wide sync on each side, no pipe
-    in the window), so a submission that subverts the worker could report less than it took. The
-    grader times every round trip itself. The trusted reference worker runs the identical request
-    loop on the same draws, so its round-trip overhead (wall - reported) is what an honest worker's
-    overhead looks like. Each kernel sample is raised to at least its wall time minus the
-    reference's 90th-percentile overhead, so a forged time cannot shave more than the overhead's
-    noise; a median overhead beyond 3x the reference's + 2 ms is rejected as REWARD_HACK (a gap that
-    large is no noise). Legitimate extra cost after the call (e.g. a side stream's memory being
-    reclaimed) is thus charged to the kernel rather than rejected.
-    """
-    ref_over = sorted(o for loop in eager for o in loop.overhead_ms)
-    p50, p90 = _median(ref_over), ref_over[int(0.9 * (len(ref_over) - 1))]
-    cand_over = _median(kernel.overhead_ms)
-    facts = {"eager_overhead_p50_ms": p50, "eager_overhead_p90_ms": p90, "kernel_overhead_p50_ms": cand_over}
-    if cand_over > 3.0 * p50 + 2.0:
-        raise Verdict(Status.REWARD_HACK, f"the kernel process reported times {cand_over - p50:.3f} ms per call "
-                                          "shorter than the grader's own clock allows", details={
-                                              k: f"{v:.4f}" for k, v in facts.items()})
-    trusted = [max(r, w - p90) for r, w in zip(kernel.reported_ms, kernel.wall_ms, strict=True)]
-    return Timing.from_samples(trusted), facts
+    spans_ms: list[float]
+    worker_ms: list[float]
+
+    def signal_overhead_us(self) -> tuple[float, float]:
+        """Median and max of (grader span - worker stopwatch): the doorbell's cost, in microseconds."""
+        gaps = sorted(1e3 * (s - w) for s, w in zip(self.spans_ms, self.worker_ms, strict=True))
+        return (_median(gaps), gaps[-1]) if gaps else (0.0, 0.0)
 
 
 class Verdict(Exception):
@@ -117,13 +110,16 @@ class Verdict(Exception):
 FAILURE_STATUS = {
     "compile": Status.COMPILE_ERROR, "runtime": Status.RUNTIME_ERROR, "oom": Status.RUNTIME_ERROR,
     "structure": Status.INCORRECT, "violation": Status.RULE_VIOLATION, "hack": Status.REWARD_HACK,
+    "infra": Status.INFRA_ERROR,
 }
 
 
-def _scrubbed_env(cache_dir: str) -> dict[str, str]:
+def _scrubbed_env(scratch: str) -> dict[str, str]:
+    """The worker's environment: every cache and temporary folder inside the scratch folder."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(SCRUBBED_PREFIXES)}
-    env["CUTE_DSL_CACHE_DIR"] = cache_dir
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(CUTE_DSL_CACHE_DIR=os.path.join(scratch, "cute"), CUDA_CACHE_PATH=os.path.join(scratch, "nv"),
+               TMPDIR=scratch, HOME=scratch, XDG_CACHE_HOME=os.path.join(scratch, "cache"),
+               PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
     return env
 
 
@@ -151,10 +147,12 @@ def _environment(env: dict[str, str]):
 
 
 class WorkerHandle:
-    """One spawned worker process and its strict request/response channel."""
+    """One spawned worker process: a strict request/response pipe plus the timing doorbell."""
 
     def __init__(self, setup: WorkerSetup, env: dict[str, str], max_bytes: int):
         ctx = tmp.get_context("spawn")
+        self.bell = Doorbell.create()
+        setup.doorbell = self.bell.path
         self.parent, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(target=worker_main, args=(child, setup), daemon=True)
         with _environment(env):
@@ -162,6 +160,11 @@ class WorkerHandle:
         child.close()
         self.max_bytes = max_bytes
         self.seq = 0
+        self.nonce = setup.nonce
+
+    def _alive(self) -> bool:
+        """Still working on the call: alive and nothing (a failure report) waiting on the pipe."""
+        return self.process.is_alive() and not self.parent.poll(0)
 
     def expect(self, timeout: float, nonce: str, seq: int | None):
         """Read exactly one frame: the reply to the request just sent."""
@@ -196,12 +199,22 @@ class WorkerHandle:
         return message, tensors
 
     def request(self, req, timeout: float):
+        """Send one request; for a call, time it by the doorbell. Returns (reply, tensors, span_ns)."""
         self.seq += 1
         req.seq, req.nonce = self.seq, secrets.token_hex(8)
-        sent = time.perf_counter_ns()
+        deadline = time.perf_counter_ns() + int(timeout * 1e9)
         self.parent.send(req)
-        message, tensors = self.expect(timeout, req.nonce, req.seq)
-        return message, tensors, time.perf_counter_ns() - sent
+        span = None
+        if isinstance(req, CallRequest):
+            if self.bell.wait_for(READY, req.seq, deadline, self._alive) is not None:
+                start = self.bell.go(req.seq)
+                end = self.bell.wait_for(DONE, req.seq, deadline, self._alive)
+                span = None if end is None else end - start
+        left = max(deadline - time.perf_counter_ns(), 0) / 1e9
+        message, tensors = self.expect(left + 60.0 if span is not None else left, req.nonce, req.seq)
+        if isinstance(req, CallRequest) and span is None:
+            raise Verdict(Status.REWARD_HACK, "the call replied without its DONE signal")
+        return message, tensors, span
 
     def close(self) -> None:
         try:
@@ -217,6 +230,20 @@ class WorkerHandle:
                 self.process.kill()
             self.process.join(5)
         self.parent.close()
+        self.bell.close()
+
+
+class Stages:
+    """Wall seconds per grading stage, for the result's breakdown."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._at = time.perf_counter()
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self._at, 3)
+        self._at = now
 
 
 class Evaluation:
@@ -228,9 +255,12 @@ class Evaluation:
         self.kernel_path, self.dsl, self.device, self.config = kernel_path, dsl, device, config
         self.protected = protected
         self.rng = SystemRandom()
-        self.cache_dir = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"mkb-cute-{secrets.token_hex(6)}")
+        self.scratch = tempfile.mkdtemp(prefix="mkb-eval-")
         self.candidate: WorkerHandle | None = None
+        self.reference: WorkerHandle | None = None
         self.launch_sites: list[str] = []
+        self.sandbox = ""
+        self.gpu = GpuProcesses.for_device(pci_bus_id(device.index)) if device.type == "cuda" else GpuProcesses()
 
     # ---- draws -------------------------------------------------------------------------------
     def seed(self) -> int:
@@ -251,33 +281,68 @@ class Evaluation:
         return ref, anchor
 
     # ---- workers -----------------------------------------------------------------------------
-    def start_candidate(self) -> Ready:
+    def spawn_candidate(self) -> None:
         setup = WorkerSetup(mode="candidate", dsl=self.dsl, path=str(self.kernel_path),
                             device=str(self.device), num_outputs=len(self.spec.outputs),
-                            nonce=secrets.token_hex(8), protected_paths=self.protected)
-        self.candidate = WorkerHandle(setup, _scrubbed_env(self.cache_dir), self.config.max_output_bytes)
-        ready, _ = self.candidate.expect(self.config.import_timeout_s, setup.nonce, None)
+                            nonce=secrets.token_hex(8), protected_paths=self.protected, scratch=self.scratch,
+                            require_sandbox=self.config.require_sandbox)
+        self.candidate = WorkerHandle(setup, _scrubbed_env(self.scratch), self.config.max_output_bytes)
+
+    def await_candidate(self) -> Ready:
+        ready, _ = self.candidate.expect(self.config.import_timeout_s, self.candidate.nonce, None)
         assert isinstance(ready, Ready)
+        self.candidate.bell.unlink()
+        self.sandbox = ready.sandbox
         self.first_call = True
         return ready
 
-    def start_reference(self) -> WorkerHandle:
+    def start_candidate(self) -> Ready:
+        self.spawn_candidate()
+        return self.await_candidate()
+
+    def spawn_reference(self) -> None:
         setup = WorkerSetup(mode="reference", dsl="none", path=str(self.spec.path),
                             device=str(self.device), num_outputs=len(self.spec.outputs),
                             nonce=secrets.token_hex(8))
-        handle = WorkerHandle(setup, _scrubbed_env(self.cache_dir), self.config.max_output_bytes)
-        handle.expect(self.config.import_timeout_s, setup.nonce, None)
-        return handle
+        self.reference = WorkerHandle(setup, _scrubbed_env(self.scratch), self.config.max_output_bytes)
+
+    def await_reference(self) -> WorkerHandle:
+        try:
+            self.reference.expect(self.config.import_timeout_s, self.reference.nonce, None)
+        except Verdict as exc:  # the trusted worker failing is never the submission's fault
+            raise Verdict(Status.INFRA_ERROR, f"the reference worker failed: {exc.message}") from None
+        self.reference.bell.unlink()
+        return self.reference
+
+    def worker_pids(self) -> set[int]:
+        pids = {os.getpid()}
+        for handle in (self.candidate, self.reference):
+            if handle is not None and handle.process.pid:
+                pids.add(handle.process.pid)
+        return pids
+
+    def gpu_is_ours(self) -> list[int]:
+        """Wait (up to ``foreign_gpu_wait_s``) until no other process holds the GPU; the PIDs left."""
+        deadline = time.monotonic() + self.config.foreign_gpu_wait_s
+        while True:
+            others = self.gpu.foreign(self.worker_pids())
+            if not others or time.monotonic() > deadline:
+                return others
+            time.sleep(0.25)
 
     def call(self, handle: WorkerHandle, inputs: tuple, **flags) -> tuple[CallResult, list, list]:
         timeout = self.config.call_timeout_s
         if handle is self.candidate and self.first_call:
             timeout, self.first_call = self.config.first_call_timeout_s, False
-        result, tensors, wall_ns = handle.request(CallRequest(0, "", inputs, **flags), timeout)
-        self.last_wall_ns = wall_ns
+        result, tensors, span_ns = handle.request(CallRequest(0, "", inputs, **flags), timeout)
+        self.last_span_ns = span_ns
         assert isinstance(result, CallResult)
-        if result.elapsed_ns > wall_ns:
-            raise Verdict(Status.REWARD_HACK, "the reported call time exceeds the grader's own clock")
+        if result.elapsed_ns > span_ns:
+            # the worker's own stopwatch started after GO and stopped before DONE: it cannot exceed
+            # the grader's span unless the signals were rung by someone else (the submission)
+            raise Verdict(Status.REWARD_HACK, "the call's signals were forged: the worker timed "
+                                              f"{result.elapsed_ns / 1e3:.1f} us, the grader's clock "
+                                              f"{span_ns / 1e3:.1f} us between GO and DONE")
         if handle is self.candidate and not flags.get("suppress") and sum(result.launches.values()) < 1:
             raise Verdict(Status.RULE_VIOLATION, "the call launched no DSL kernel (every call must run "
                                                  f"at least one {self.dsl} kernel its outputs depend on)")
@@ -305,11 +370,13 @@ class Evaluation:
                 raise Verdict(Status.REWARD_HACK, f"input {name!r} was modified (only {self.spec.inplace or 'no'}"
                                                   " inputs may be updated in place)")
 
-    def correctness(self) -> None:
+    def correctness(self, stages: Stages | None = None) -> None:
         for draw in range(self.config.correctness_draws):
             seed = self.seed()
             inputs = self.draw(seed)
             _, returned, _ = self.call(self.candidate, inputs, send_outputs=True)
+            if draw == 0 and stages is not None:
+                stages.mark("compile")  # the first call: where the DSLs compile
             ref, anchor = self.expected(seed)
             mismatch = check_draw(self.spec, draw, self.graded_from(inputs, returned), ref, anchor)
             if mismatch:
@@ -317,22 +384,46 @@ class Evaluation:
                                                 f"{mismatch.check} check: {mismatch.detail}", mismatch=mismatch)
             self.check_inputs_untouched(seed, inputs)
 
-    def timing_loop(self, handle: WorkerHandle, seeds: list[int], keep: dict[int, tuple] | None) -> LoopTimes:
-        """Time one side; both sides send identical requests, so their harness overheads match."""
-        samples, walls = [], []
+    def timing_loop(self, handle: WorkerHandle, seeds: list[int], warmup: int,
+                    keep: dict[int, tuple] | None) -> LoopTimes:
+        """Time one side: each call's span between GO and DONE on the grader's clock."""
+        spans, own = [], []
         for i, seed in enumerate(seeds):
-            timed = i >= self.config.warmup
+            timed = i >= warmup
             inputs = self.draw(seed)
-            result, _, _ = self.call(handle, inputs, keep_outputs=timed, check_threads=timed)
+            result, _, _ = self.call(handle, inputs, keep_outputs=timed and keep is not None,
+                                     check_threads=timed)
             if timed:
-                samples.append(result.elapsed_ns / 1e6)
-                walls.append(self.last_wall_ns / 1e6)
+                spans.append(self.last_span_ns / 1e6)
+                own.append(result.elapsed_ns / 1e6)
                 if keep is not None and i in keep:
                     # in-place inputs now hold the call's results: copy them as they are when the
                     # reply arrives, so work still running in the candidate cannot finish them later
                     keep[i] = (result.seq, tuple(v.clone() if name in self.spec.inplace else v
                                                  for name, v in zip(self.spec.inputs, inputs, strict=True)))
-        return LoopTimes(samples, walls)
+        return LoopTimes(spans, own)
+
+    def eager_baseline(self, device_name: str) -> tuple[Timing, Timing, float, bool, str]:
+        """(baseline, this grading's check, drift, re-measured?, source) for the eager reference."""
+        cfg = self.config
+        key = baseline_mod.baseline_key(self.spec.path, self.spec.workload, device_name,
+                                        cfg.eager_baseline_warmup, cfg.eager_baseline_timed)
+        cache = baseline_mod.default_cache_dir() if cfg.eager_cache else None
+        cached = baseline_mod.load(cache, key)
+        check_seeds = [self.seed() for _ in range(cfg.eager_check_warmup + cfg.eager_check_timed)]
+        check = Timing.from_samples(self.timing_loop(self.reference, check_seeds, cfg.eager_check_warmup,
+                                                     None).spans_ms)
+        if cached is not None:
+            base = Timing.from_samples(cached.samples_ms)
+            drift = abs(check.median_ms - base.median_ms) / base.median_ms
+            if drift <= cfg.eager_drift_flag:
+                return base, check, drift, False, "cached"
+        seeds = [self.seed() for _ in range(cfg.eager_baseline_warmup + cfg.eager_baseline_timed)]
+        loop = self.timing_loop(self.reference, seeds, cfg.eager_baseline_warmup, None)
+        base = Timing.from_samples(loop.spans_ms)
+        baseline_mod.store(cache, baseline_mod.make_entry(key, loop.spans_ms, base.median_ms, device_name))
+        drift = abs(check.median_ms - base.median_ms) / base.median_ms
+        return base, check, drift, cached is not None, "measured"
 
     def recheck(self, seeds: list[int], keep: dict[int, tuple]) -> list[int]:
         calls = sorted(keep)
@@ -366,7 +457,8 @@ class Evaluation:
         ref, anchor = self.expected(seed)
         numels = sorted({ref[n].numel() for n in self.spec.graded_names}
                         | {-ref[n].numel() * ref[n].element_size() for n in self.spec.graded_names})
-        result, returned, snapshots = self.call(self.candidate, inputs, send_outputs=True, audit_numels=numels)
+        result, returned, snapshots = self.call(self.candidate, inputs, send_outputs=True, audit_numels=numels,
+                                                check_threads=True)
         mismatch = check_draw(self.spec, -1, self.graded_from(inputs, returned), ref, anchor)
         if mismatch:
             raise Verdict(Status.INCORRECT, f"audit draw: output {mismatch.output!r} failed the {mismatch.check}"
@@ -400,7 +492,7 @@ class Evaluation:
             seed = self.seed()
             inputs = self.draw(seed)
             try:
-                _, returned, _ = self.call(self.candidate, inputs, send_outputs=True, suppress=site)
+                _, returned, _ = self.call(self.candidate, inputs, send_outputs=True, suppress=site, check_threads=True)
                 ref, anchor = self.expected(seed)
                 try:
                     mismatch = check_draw(self.spec, 0, self.graded_from(inputs, returned), ref, anchor)
@@ -408,7 +500,10 @@ class Evaluation:
                     mismatch = Mismatch(output="?", draw=0, check="structure", detail=str(exc))
             except Verdict as exc:
                 outcomes[site] = f"call failed without it ({exc.status.value})"
-                self.restart_candidate()
+                if exc.status is Status.REWARD_HACK or exc.status is Status.RULE_VIOLATION:
+                    raise
+                if exc.status is Status.TIMEOUT or not self.candidate.process.is_alive():
+                    self.restart_candidate()  # a worker that answered is still usable: no restart
                 continue
             if mismatch is None:
                 outcomes[site] = "outputs still valid"
@@ -435,6 +530,7 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
           config: GradeConfig = GradeConfig(), protected_paths: list[str] | None = None) -> GradeResult:
     """Grade one kernel file; never raises for anything the kernel does."""
     started = time.perf_counter()
+    stages = Stages()
     kernel_path = Path(kernel_path).resolve()
     name = problem.spec.name
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -452,37 +548,62 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
         return failure(Status.RULE_VIOLATION, name, dsl, "static rules: " + str(violations[0]),
                        violations=[str(v) for v in violations],
                        grade_wall_s=time.perf_counter() - started)
+    stages.mark("static")
     protected = [str(problem.spec.path.parent), *(protected_paths or [])]
     ev = Evaluation(problem, kernel_path, dsl, _device_of(device), config, protected)
-    fields: dict[str, Any] = {}
-    reference: WorkerHandle | None = None
+    fields: dict[str, Any] = {"stages_s": stages.seconds}
     try:
-        ready = ev.start_candidate()
-        fields["device"] = ready.device
-        ev.correctness()
+        ev.spawn_candidate()
+        ev.spawn_reference()  # both import torch at once, on different cores
+        ready = ev.await_candidate()
+        fields.update(device=ready.device, sandbox=ready.sandbox)
+        stages.mark("start")
+        fields["details"] = details = {"candidate_import_s": f"{ready.import_s:.3f}"}
+        ev.correctness(stages)
+        stages.mark("correctness")
         seeds = [ev.seed() for _ in range(config.warmup + config.timed)]
         recheck_at = ev.rng.sample(range(config.warmup, config.warmup + config.timed), config.rechecks)
         keep: dict[int, tuple] = dict.fromkeys(recheck_at)
-        reference = ev.start_reference()
-        eager_before_loop = ev.timing_loop(reference, seeds, None)
-        kernel_loop = ev.timing_loop(ev.candidate, seeds, keep)
-        eager_after_loop = ev.timing_loop(reference, seeds, None)
-        eager_before = Timing.from_samples(eager_before_loop.reported_ms)
-        eager_after = Timing.from_samples(eager_after_loop.reported_ms)
-        kernel, clock = trusted_timing(kernel_loop, [eager_before_loop, eager_after_loop])
-        fields["details"] = {k: f"{v:.4f}" for k, v in clock.items()}
-        fields.update(kernel_timing=kernel, eager_timing_before=eager_before, eager_timing_after=eager_after)
+        ev.await_reference()
+        others = ev.gpu_is_ours()
+        if others:
+            raise Verdict(Status.INFRA_ERROR, f"other processes hold the GPU ({others}): not timed")
+        base, check, drift, remeasured, source_of_base = ev.eager_baseline(ready.device)
+        stages.mark("eager")
+        kernel_loop = ev.timing_loop(ev.candidate, seeds, config.warmup, keep)
+        others = ev.gpu.foreign(ev.worker_pids())
+        if others:  # someone shared the GPU while we timed: wait for it, time again, or give up
+            if ev.gpu_is_ours():
+                raise Verdict(Status.INFRA_ERROR, f"other processes held the GPU during timing ({others})")
+            keep = dict.fromkeys(recheck_at)
+            kernel_loop = ev.timing_loop(ev.candidate, seeds, config.warmup, keep)
+            details["retimed"] = f"another process ({others}) held the GPU during the first timing"
+        stages.mark("timing")
+        kernel = Timing.from_samples(kernel_loop.spans_ms)
+        sig_med, sig_max = kernel_loop.signal_overhead_us()
+        if sig_med > max(0.25e3 * kernel.median_ms, 50.0):
+            # the grade uses the grader's clock, but an honest worker's stopwatch agrees with it to a
+            # few microseconds: a large gap means its reporting code was replaced
+            raise Verdict(Status.REWARD_HACK, f"the worker's own stopwatch reads {sig_med:.1f} us per call less "
+                                              "than the grader's clock (its timing code was tampered with)")
+        details.update(eager_baseline=source_of_base, eager_baseline_samples=str(len(base.samples_ms)),
+                       eager_remeasured=str(remeasured), signal_overhead_us_median=f"{sig_med:.2f}",
+                       signal_overhead_us_max=f"{sig_max:.2f}", gpu_process_check=(
+                           "nvml" if ev.gpu.available else (ev.gpu.why or "not a GPU")))
+        fields.update(kernel_timing=kernel, eager_timing_before=base, eager_timing_after=check)
         fields["rechecked_calls"] = ev.recheck(seeds, keep)
+        stages.mark("rechecks")
         fields["launch_sites"] = list(ev.launch_sites)
         trivial = ev.audit()
         if trivial:
-            fields["details"].update({f"audit {k}": v for k, v in trivial.items()})
+            details.update({f"audit {k}": v for k, v in trivial.items()})
+        stages.mark("audit")
         fields["bypass"] = ev.bypass()
-        eager_ms = 0.5 * (eager_before.median_ms + eager_after.median_ms)
-        drift = abs(eager_after.median_ms - eager_before.median_ms) / eager_before.median_ms
+        stages.mark("bypass")
+        eager_ms = base.median_ms
         floor_ms = floor_mod.floor_ms(problem)
         fields.update(eager_ms=eager_ms, kernel_ms=kernel.median_ms, eager_drift=drift,
-                      eager_drift_flag=drift > config.eager_drift_flag, floor_ms=floor_ms)
+                      eager_drift_flag=drift > config.eager_drift_flag or remeasured, floor_ms=floor_ms)
         if floor_ms is not None:
             fields["speed_of_light"] = floor_ms / kernel.median_ms
             if kernel.median_ms < floor_ms:
@@ -500,8 +621,9 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
     except Exception as exc:  # noqa: BLE001 - a fault of the grader itself
         result = failure(Status.INFRA_ERROR, name, dsl, f"grader fault: {type(exc).__name__}: {exc}", **fields)
     finally:
-        for handle in (ev.candidate, reference):
+        for handle in (ev.candidate, ev.reference):
             if handle is not None:
                 handle.close()
+        shutil.rmtree(ev.scratch, ignore_errors=True)
     result.grade_wall_s = time.perf_counter() - started
     return result

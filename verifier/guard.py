@@ -9,10 +9,16 @@ it outlives anything the submission does in Python. It refuses:
   interpreter's objects or frames (``gc``, ``sys._getframe``, traceback frames) from submission code.
 
 Refusals raise inside the submission and are also recorded, so a submission that swallows the
-exception is still reported. Events from library code (the DSL compilers legitimately inspect
-frames) are allowed: only events whose nearest Python caller is the submission file count, and for
-thread and process starts the nearest caller outside the standard library (a thread started by
-``logging.handlers.QueueListener`` on the submission's behalf is the submission's thread).
+exception is still reported.
+
+Who asked: once the guard is armed, every event is attributed to the nearest frame outside the
+standard library. Library code installed with the interpreter (site-packages: torch, the DSL
+compilers, ...) and the grader's own modules are trusted to inspect frames, load libraries and the
+like; *anything else* is the submission's -- the kernel file itself, files it writes and runs
+(``runpy``, ``exec`` of a file), code compiled from strings (``<string>``), modules it loads from
+outside the installed libraries. Code compiled under a file name inside a trusted folder that is not
+a real file there is refused at compile time, so a submission cannot dress its code up as a
+library's. The operating-system limits (``sandbox``) back this up without looking at frames.
 
 ``importlib.import_module`` raises no ``import`` audit event, so a meta-path finder (``ImportGate``)
 refuses the same modules when the submission asks for them through importlib-based helpers.
@@ -21,10 +27,12 @@ refuses the same modules when the submission asks for them through importlib-bas
 from __future__ import annotations
 
 import os
+import site
 import sys
 import sysconfig
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 FORBIDDEN_IMPORTS = (
     "triton", "cupy", "numba", "tilelang", "jax", "cuda.core", "cuda.cccl", "cuda.compute",
@@ -46,6 +54,22 @@ FRAME_ATTRIBUTES = {"tb_frame", "f_back", "f_locals", "f_globals", "gi_frame", "
 START_EVENTS = {"_thread.start_new_thread", "subprocess.Popen", "os.system", "os.fork", "os.forkpty",
                 "os.posix_spawn", "pty.spawn"}
 _STDLIB = tuple(os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib"))
+_GRADER = str(Path(__file__).resolve().parent) + os.sep
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+FILE_CHANGE_EVENTS = {"os.rename", "os.remove", "os.rmdir", "os.link", "os.symlink", "os.mkdir", "os.truncate",
+                      "os.chmod", "os.chown", "os.utime", "shutil.copyfile", "shutil.move", "shutil.rmtree"}
+
+
+def _library_roots() -> tuple[str, ...]:
+    """Folders whose Python code is trusted library code: site-packages and the grader itself."""
+    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    try:
+        roots.update(site.getsitepackages())
+    except AttributeError:  # a virtualenv's old site module
+        pass
+    roots.add(str(Path(__file__).resolve().parent.parent / "problems"))  # never the submission's
+    found = tuple(sorted(os.path.realpath(r) + os.sep for r in roots if r))
+    return found + (_GRADER,)
 
 
 class GuardViolation(PermissionError):
@@ -57,36 +81,42 @@ class Guard:
     submission_file: str
     protected_paths: tuple[str, ...]
     dsl: str
+    scratch: str | None = None  # the only folder the submission may write in (None: no limit)
+    enforce: bool = True  # False for the trusted reference worker: nothing is refused
     violations: list[str] = field(default_factory=list)
     armed: bool = False
     gate: object = None
     _busy: threading.local = field(default_factory=threading.local)
+    _trusted_files: dict = field(default_factory=dict)
+    _roots: tuple = field(default_factory=_library_roots)
+
+    def _trusted(self, filename: str) -> bool:
+        """Library code (site-packages, the grader) as opposed to code the submission brought."""
+        known = self._trusted_files.get(filename)
+        if known is None:
+            if filename == self.submission_file or filename.startswith("<"):
+                known = False
+            else:
+                real = os.path.realpath(filename)
+                known = real != self.submission_file and real.startswith(self._roots)
+            self._trusted_files[filename] = known
+        return known
+
+    def _untrusted_origin(self, depth: int = 2) -> bool:
+        """True when the nearest frame outside the standard library is not trusted library code."""
+        frame = sys._getframe(depth)
+        for _ in range(256):
+            if frame is None:
+                return False
+            name = frame.f_code.co_filename
+            if not _is_stdlib(name):
+                return not self._trusted(name)
+            frame = frame.f_back
+        return False
 
     def _blocked_module(self, name: str) -> bool:
         banned = FORBIDDEN_IMPORTS + DSL_FOREIGN.get(self.dsl, ())
         return any(name == b or name.startswith(b + ".") for b in banned)
-
-    def _from_submission(self, through_stdlib: bool = False) -> bool:
-        frame = sys._getframe(2)
-        for _ in range(3):  # the event's caller, or a stdlib wrapper one or two levels up
-            if frame is None:
-                return False
-            if frame.f_code.co_filename == self.submission_file:
-                return True
-            if through_stdlib and _is_stdlib(frame.f_code.co_filename):
-                return self._nearest_library_frame_is_submission(frame)
-            frame = frame.f_back
-        return False
-
-    def _nearest_library_frame_is_submission(self, frame) -> bool:
-        """True when the first frame above ``frame`` outside the standard library is the submission."""
-        for _ in range(64):
-            if frame is None:
-                return False
-            if not _is_stdlib(frame.f_code.co_filename):
-                return frame.f_code.co_filename == self.submission_file
-            frame = frame.f_back
-        return False
 
     def _refuse(self, what: str) -> None:
         if what not in self.violations:
@@ -103,24 +133,63 @@ class Guard:
             self._busy.on = False
 
     def _check(self, event: str, args: tuple) -> None:
+        if not self.enforce:
+            return
         if event == "import":
             if self._blocked_module(str(args[0])):
                 self._refuse(f"import of {args[0]}")
         elif event == "open":
-            path = args[0]
-            if isinstance(path, (str, bytes, os.PathLike)):
-                real = os.path.realpath(os.fsdecode(path))
-                if any(real == p or real.startswith(p + os.sep) for p in self.protected_paths):
-                    self._refuse(f"opening {real}")
+            self._check_open(args)
         elif event == "object.__getattr__":
-            if len(args) > 1 and args[1] in FRAME_ATTRIBUTES and self._from_submission():
+            if len(args) > 1 and args[1] in FRAME_ATTRIBUTES and self._untrusted_origin(3):
                 self._refuse(f"frame introspection ({args[1]})")
-        elif event in START_EVENTS or event.startswith(("os.exec", "os.spawn")):
-            if self._from_submission(through_stdlib=True):
+        elif event == "object.__setattr__":
+            if len(args) > 1 and args[1] in ("__code__", "__globals__", "__defaults__", "__kwdefaults__") \
+                    and str(getattr(args[0], "__module__", "") or "").startswith(("metakernelbench", "torch")):
+                self._refuse(f"rewriting {getattr(args[0], '__qualname__', '?')}.{args[1]}")
+        elif event == "compile":
+            self._check_compile(args)
+        elif event in ("os.kill", "os.killpg"):
+            # no signal to another process, whoever asks (seccomp refuses the syscall as well)
+            if event == "os.killpg" or (args and args[0] != os.getpid()):
+                self._refuse(f"{event} of another process ({args[0] if args else '?'})")
+        elif event in START_EVENTS or event.startswith(("os.exec", "os.spawn")) or event in SUBMISSION_ONLY_EVENTS:
+            if self._untrusted_origin(3):
                 self._refuse(event)
-        elif event in SUBMISSION_ONLY_EVENTS:
-            if self._from_submission():
-                self._refuse(event)
+        elif event in FILE_CHANGE_EVENTS and self.scratch is not None:
+            paths = [a for a in args if isinstance(a, (str, bytes, os.PathLike))]
+            if event in ("shutil.copyfile", "os.link", "os.symlink"):
+                paths = paths[-1:]  # only the destination changes
+            for path in paths:
+                if not self._in_scratch(path) and self._untrusted_origin(3):
+                    self._refuse(f"{event} outside the scratch folder ({os.fsdecode(path)})")
+
+    def _in_scratch(self, path) -> bool:
+        real = os.path.realpath(os.fsdecode(path))
+        return real == self.scratch or real.startswith(self.scratch + os.sep) or real == os.devnull
+
+    def _check_open(self, args: tuple) -> None:
+        path = args[0]
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            return
+        real = os.path.realpath(os.fsdecode(path))
+        if any(real == p or real.startswith(p + os.sep) for p in self.protected_paths):
+            self._refuse(f"opening {real}")
+        mode, flags = (args[1] if len(args) > 1 else None), (args[2] if len(args) > 2 else 0)
+        writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
+                  (isinstance(flags, int) and flags & WRITE_FLAGS)
+        if writing and self.scratch is not None and not self._in_scratch(real) and \
+                not real.startswith("/dev/") and self._untrusted_origin(4):
+            self._refuse(f"writing {real} (outside the evaluation's scratch folder)")
+
+    def _check_compile(self, args: tuple) -> None:
+        """Code compiled under a trusted library's file name must really be that file's code."""
+        filename = args[1] if len(args) > 1 else None
+        if not isinstance(filename, str) or filename.startswith("<") or not self._untrusted_origin(4):
+            return
+        real = os.path.realpath(filename)
+        if real.startswith(self._roots) and real != self.submission_file:
+            self._refuse(f"compiling code under a library's file name ({filename})")
 
 
 class ImportGate:
@@ -137,8 +206,7 @@ class ImportGate:
 
     def find_spec(self, name, path=None, target=None):
         guard = self.guard
-        if guard.armed and guard._blocked_module(name) and \
-                guard._nearest_library_frame_is_submission(sys._getframe(1)):
+        if guard.armed and guard.enforce and guard._blocked_module(name) and guard._untrusted_origin(2):
             guard._refuse(f"import of {name}")
         return None
 
@@ -150,10 +218,12 @@ def _is_stdlib(filename: str) -> bool:
             and "dist-packages" not in filename)
 
 
-def install_guard(submission_file: str, protected_paths: list[str], dsl: str) -> Guard:
+def install_guard(submission_file: str, protected_paths: list[str], dsl: str, scratch: str | None = None,
+                  enforce: bool = True) -> Guard:
     """Add the (irremovable) audit hook, disarmed; arm it right before importing the submission."""
     guard = Guard(os.path.realpath(submission_file),
-                  tuple(os.path.realpath(p) for p in protected_paths if p), dsl)
+                  tuple(os.path.realpath(p) for p in protected_paths if p), dsl,
+                  scratch=os.path.realpath(scratch) if scratch else None, enforce=enforce)
     sys.addaudithook(guard)
     guard.gate = ImportGate(guard)
     sys.meta_path.insert(0, guard.gate)

@@ -100,6 +100,9 @@ class GradeResult(BaseModel):
     rechecked_calls: list[int] = []
     violations: list[str] = []
     grade_wall_s: float | None = None
+    stages_s: dict[str, float] = Field({}, description="seconds per grading stage (start, compile, "
+                                       "correctness, eager, timing, rechecks, audit, bypass)")
+    sandbox: str = Field("", description="the OS limits the candidate's worker ran under")
     device: str = ""
     details: dict[str, str] = {}
 

@@ -49,6 +49,7 @@ class Ready(BaseModel):
     torch_version: str
     dsl_version: str
     import_s: float
+    sandbox: str = ""
 
 
 class CallResult(BaseModel):
@@ -79,7 +80,7 @@ class Failure(BaseModel):
     nonce: str
     seq: int
     stage: Literal["setup", "import", "call"]
-    category: Literal["compile", "runtime", "oom", "structure", "violation", "hack"]
+    category: Literal["compile", "runtime", "oom", "structure", "violation", "hack", "infra"]
     error_type: str
     message: str
     traceback: str = ""

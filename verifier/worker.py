@@ -21,12 +21,14 @@ from typing import Any
 
 import torch
 
-from . import hooks
+from . import hooks, sandbox
 from .device import DeviceTools
+from .doorbell import DONE, Doorbell
 from .guard import GuardViolation, install_guard, thread_count
 from .wire import CallResult, Failure, Outputs, Ready, encode, tensor_meta
 
 _perf_ns = time.perf_counter_ns  # bound before any submission code can patch the module
+GO_TIMEOUT_S = 600.0  # the grader rings GO microseconds after READY; this only bounds a dead grader
 
 
 @dataclass
@@ -38,6 +40,9 @@ class WorkerSetup:
     num_outputs: int
     nonce: str
     protected_paths: list[str] = field(default_factory=list)
+    doorbell: str = ""  # path of the shared page (``doorbell``)
+    scratch: str = ""  # the only folder this worker may write in
+    require_sandbox: bool = False  # an unavailable OS limit is an infrastructure fault, not a note
 
 
 @dataclass
@@ -86,17 +91,23 @@ def _critical_callables() -> dict[str, int]:
         "time.perf_counter_ns": id(time.perf_counter_ns),
         "time.perf_counter": id(time.perf_counter),
         "torch.cuda.synchronize": id(torch.cuda.synchronize),
+        "torch._C._cuda_synchronize": id(getattr(torch._C, "_cuda_synchronize", None)),
         "torch.cuda.Event.elapsed_time": id(torch.cuda.Event.elapsed_time),
         "statistics.median": id(statistics.median),
         "worker.encode": id(globals()["encode"]),
         "hooks.REGISTRY": id(hooks.REGISTRY),
         "hooks.REGISTRY.<instance>": hash(tuple(sorted(vars(hooks.REGISTRY)))),
     }
-    for owner in (sys.modules[__name__], hooks, wire, device, guard, Worker, hooks.LaunchRegistry,
-                  DeviceTools, guard.Guard):
+    from . import doorbell
+
+    for owner in (sys.modules[__name__], hooks, wire, device, guard, doorbell, Worker, hooks.LaunchRegistry,
+                  DeviceTools, guard.Guard, doorbell.Doorbell):
         for key, value in vars(owner).items():
             if not (key.startswith("__") and key.endswith("__")):
                 found[f"{owner.__name__}.{key}"] = id(value)
+                code = getattr(value, "__code__", None)
+                if code is not None:  # a function whose body was swapped keeps its identity
+                    found[f"{owner.__name__}.{key}.__code__"] = id(code)
     return found
 
 
@@ -152,6 +163,9 @@ class Worker:
         self.seen_violations = 0
         self.solve = None
         self.integrity: dict[str, int] = {}
+        self.bell = Doorbell.attach(setup.doorbell)
+        self.box: sandbox.Sandbox | None = None
+        self._sync = DeviceTools.sync.__get__(self.tools)  # bound now: later patches do not reach it
 
     def send(self, message, tensors=()) -> None:
         self.conn.send_bytes(encode(message, list(tensors)))
@@ -176,18 +190,20 @@ class Worker:
 
                 self.solve = load_problem(setup.path).reference
                 version = "reference"
-                # the same guard and checks as a candidate, refusing nothing (no file is the
-                # submission): the two workers then carry equal per-call overhead, which the
-                # grader's trusted-clock check compares (grader.trusted_timing)
-                self.guard = install_guard(os.devnull + ".no-submission", [], "none")
+                # trusted code: the same audit hook is installed (its per-event cost inside the
+                # timed window then matches the candidate's) but it refuses nothing
+                self.guard = install_guard(os.devnull + ".no-submission", [], "none", enforce=False)
                 self.integrity = _critical_callables()
                 self.guard.armed = True
             else:
                 version = hooks.INSTALLERS[setup.dsl]() if setup.dsl in hooks.INSTALLERS else "none"
-                self.guard = install_guard(setup.path, setup.protected_paths, setup.dsl)
+                self.guard = install_guard(setup.path, setup.protected_paths, setup.dsl,
+                                           scratch=setup.scratch or None)
                 hooks.REGISTRY.refusals = self.guard.violations  # hook refusals count as violations
                 _ban_cuda_graphs(self.guard)
                 self.integrity = _critical_callables()
+                # from here on the process is the submission's: OS limits first, then the guard
+                self.box = sandbox.enter(setup.scratch or os.getcwd(), require=setup.require_sandbox)
                 self.guard.armed = True
                 module = _load_module(setup.path, "kernel")
                 self.solve = getattr(module, "solve", None)
@@ -197,12 +213,20 @@ class Worker:
         except GuardViolation as exc:
             self.fail(-1, "import", "violation", exc)
             return False
+        except sandbox.SandboxError as exc:
+            self.fail(-1, "setup", "infra", exc)
+            return False
         except Exception as exc:  # noqa: BLE001 - every failure becomes a verdict
             self.fail(-1, "import", "compile" if not isinstance(exc, ImportError) or
                       _is_compile_error(exc) else "runtime", exc)
             return False
+        if self.box is not None and self.box.new_native_mappings():
+            self.fail(-1, "import", "violation", "native code loaded from outside the installed libraries: "
+                      + ", ".join(self.box.new_native_mappings()[:5]))
+            return False
         self.send(Ready(nonce=setup.nonce, device=self.tools.name(), torch_version=torch.__version__,
-                        dsl_version=str(version), import_s=time.perf_counter() - start))
+                        dsl_version=str(version), import_s=time.perf_counter() - start,
+                        sandbox=self.box.summary() if self.box else ""))
         return True
 
     # ---- one call ------------------------------------------------------------------------------
@@ -248,18 +272,30 @@ class Worker:
         if len(self.guard.violations) > self.seen_violations:
             self.seen_violations = len(self.guard.violations)
             raise CallFailed("violation", "; ".join(self.guard.violations))
+        if self.box is not None:
+            loaded = self.box.new_native_mappings()
+            if loaded:
+                raise CallFailed("violation", "native code loaded from outside the installed libraries: "
+                                 + ", ".join(loaded[:5]))
 
     def call(self, req: CallRequest) -> None:
+        """One call: prepare outside the window, then READY / GO / solve / sync / DONE (``doorbell``)."""
         hooks.REGISTRY.begin_call(req.suppress, req.audit_numels)
-        tools = self.tools
-        tools.cold_l2()
-        tools.sync()
+        self.tools.cold_l2()
+        self._sync()
+        bell = self.bell
+        if not bell.ready_and_wait(req.seq, GO_TIMEOUT_S):
+            self.fail(req.seq, "call", "runtime", "the grader never started the call")
+            return
         try:
             t0 = _perf_ns()
             with torch.no_grad():
                 returned = self.solve(*req.inputs)
-            tools.sync()
+            self._sync()
             t1 = _perf_ns()
+            if bell.slots[DONE] == req.seq:
+                raise CallFailed("hack", "the call's DONE signal was written before the call ended")
+            bell.slots[DONE] = req.seq
             outputs = self._as_outputs(returned)
             # Timed outputs are kept as they were when solve returned: work that finishes later
             # (a thread, a side stream launched after the sync) cannot complete a kept output.
