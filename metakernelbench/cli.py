@@ -13,7 +13,9 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 def _root() -> None:
     """MetaKernelBench: grade kernels, build tasks, compare skill transfer."""
 
-# Each module defines ``register(app)``; a part that is not installed simply adds no commands.
+# Each module defines ``register(app)``; a part that is not installed, or whose optional dependency
+# is missing (the skill-transfer study needs Harbor; grading does not), simply adds no commands.
+OPTIONAL_DEPENDENCIES = ("harbor", "docker", "matplotlib")
 _PARTS = (
     "metakernelbench.verifier.cli",
     "metakernelbench.verifier.judge.cli",
@@ -24,8 +26,11 @@ for _name in _PARTS:
     try:
         _module = importlib.import_module(_name)
     except ModuleNotFoundError as exc:
-        # the part itself (or its parent package, as in the vendored grader) is absent: skip it
-        if exc.name is None or not (_name == exc.name or _name.startswith(exc.name + ".")):
+        # the part itself (or its parent package, as in the vendored grader) is absent, or one of
+        # its optional dependencies: skip it
+        missing = exc.name or ""
+        part_absent = _name == missing or _name.startswith(missing + ".")
+        if not missing or not (part_absent or missing.split(".")[0] in OPTIONAL_DEPENDENCIES):
             raise
         continue
     _module.register(app)
@@ -33,3 +38,7 @@ for _name in _PARTS:
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

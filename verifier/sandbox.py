@@ -10,9 +10,9 @@ submission and every library it calls alike.
   read), no signal to any other process (``kill``/``tgkill``/``rt_sigqueueinfo`` only to this
   process), no ``ptrace``, no reading or writing another process's memory, no ``io_uring``.
 - ``landlock``: files may be created, written, truncated, renamed or removed only under the
-  evaluation's scratch folder (device nodes under ``/dev`` may be written, which the CUDA driver
-  needs). A ``.pth`` file dropped into site-packages, a poisoned cache or a rewritten problem file
-  are refused by the kernel, whatever code asks.
+  evaluation's scratch folder (plus writes to the NVIDIA device nodes, which the CUDA driver opens
+  as it goes, and ``/dev/null`` and friends). A ``.pth`` file dropped into site-packages, a
+  poisoned cache or a rewritten problem file are refused by the kernel, whatever code asks.
 - ``PR_SET_PDEATHSIG``: the worker dies with the grader.
 
 Native libraries are checked after every call (``new_native_mappings``): an executable file mapping
@@ -166,6 +166,18 @@ def install_landlock(libc, writable: list[str], device_dirs: list[str]) -> int:
     return abi
 
 
+def device_nodes() -> list[str]:
+    """Device files a worker may write: the NVIDIA driver's and the harmless character devices.
+
+    Not ``/dev/shm``: shared-memory files there belong to the grader (the timing doorbell) or to
+    other evaluations.
+    """
+    import glob
+
+    nodes = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"]
+    return nodes + sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*"))
+
+
 # --- native code -----------------------------------------------------------------------------------
 def executable_mappings() -> set[str]:
     """Files mapped executable into this process (``/proc/self/maps``)."""
@@ -232,7 +244,7 @@ def enter(scratch: str, require: bool = False) -> Sandbox:
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise SandboxError(f"no_new_privs refused: {os.strerror(ctypes.get_errno())}")
     try:
-        box.landlock_abi = install_landlock(libc, [scratch], ["/dev"])
+        box.landlock_abi = install_landlock(libc, [scratch], device_nodes())
     except SandboxError as exc:
         box.notes.append(str(exc))
     if not box.landlock_abi:

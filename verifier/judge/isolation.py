@@ -272,8 +272,10 @@ def changed_since(roots: list[tuple[Path, bool]], since_ns: int, limit: int = 20
     return found[:limit]
 
 
-def _child_env(marker: str, home: Path, tmp: Path) -> dict[str, str]:
+def _child_env(marker: str, home: Path, tmp: Path, eager_cache: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_DENY_PREFIXES)}
+    if eager_cache is not None:  # the eager baselines outlive one evaluation (grader.eager_baseline)
+        env["MKB_EAGER_CACHE"] = str(eager_cache)
     env.update({EVAL_MARKER: marker, "HOME": str(home), "TMPDIR": str(tmp), "PYTHONNOUSERSITE": "1",
                 "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"})
     return env
@@ -362,20 +364,26 @@ class SubprocessIsolation:
         kernel = folder / "kernel.py"
         kernel.write_bytes(req.source)
         uid = BASE_EVAL_UID + slot if self.drop else None
+        # one eager-baseline cache per device slot, kept across evaluations; only the grader writes it
+        # (the candidate's worker is confined to its scratch folder by landlock)
+        cache = self.work_root / "eager-cache" / f"slot-{slot}"
+        cache.mkdir(parents=True, exist_ok=True, mode=0o700)
         if uid is not None:
-            for path in (folder, home, tmp, kernel):
+            os.chmod(cache.parent, 0o711)
+            for path in (folder, home, tmp, kernel, cache):
                 os.chown(path, uid, uid)
         log = folder.parent / f"{folder.name}.log"
         started_ns = time.time_ns()
         try:
-            return self._run(req, device, kernel, folder, home, tmp, marker, uid, log, started_ns, on_stage)
+            return self._run(req, device, kernel, folder, home, tmp, marker, uid, log, started_ns, on_stage, cache)
         finally:
             kill_leftovers(marker, uid)
             shutil.rmtree(folder, ignore_errors=True)
             shutil.rmtree(tmp, ignore_errors=True)
             log.unlink(missing_ok=True)
 
-    def _run(self, req, device, kernel, folder, home, tmp, marker, uid, log, started_ns, on_stage) -> EvalOutcome:
+    def _run(self, req, device, kernel, folder, home, tmp, marker, uid, log, started_ns, on_stage,
+             eager_cache: Path | None = None) -> EvalOutcome:
         report = RunnerReport()
         extra: dict[str, Any] = {}
         if uid is not None:
@@ -383,7 +391,8 @@ class SubprocessIsolation:
         with open(log, "wb") as err:
             try:
                 proc = subprocess.Popen(self.command(req, kernel, device), stdout=subprocess.PIPE, stderr=err,
-                                        stdin=subprocess.DEVNULL, cwd=folder, env=_child_env(marker, home, tmp),
+                                        stdin=subprocess.DEVNULL, cwd=folder,
+                                        env=_child_env(marker, home, tmp, eager_cache),
                                         start_new_session=True, **extra)
             except OSError as exc:
                 return outcome_without_result(req, report, f"cannot start the runner: {exc}")

@@ -1,0 +1,176 @@
+"""The grader's times beside an independent stopwatch, for every oracle; writes timing.json.
+
+    python3 benchmarks/h200_timing.py --out results/h200/timing.json [--gradings 5] [--only 28_tirx,02_cutedsl]
+                                      [--paths mkb_grade,judge] [--merge]
+
+For each oracle kernel under ``oracles/``:
+- the independent loop (``independent_loop.py``, which imports nothing of the grader): kernel and
+  eager medians in one plain process;
+- ``--gradings`` gradings through ``mkb grade`` (the CLI, one process per grading, as a user runs it);
+- ``--gradings`` gradings through the judge (a local judge with subprocess isolation, the sandbox's
+  own ``submit`` client), one attempt token per oracle.
+
+One entry per (oracle, path) in ``entries``: kernel_ms / eager_ms / speedup (one value per grading),
+their median, ``ratio_to_independent`` (median kernel_ms / independent kernel_ms), ``within`` (the
+contract: within 5 % or 10 us of the independent loop), ``speedup_cv``, ``grading_s`` and the
+per-stage breakdown of every grading. The record carries the command, commit, device and date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from h200_judge import _device_name, _git_commit, sandbox_submit, start_judge  # noqa: E402
+
+from metakernelbench.problems import find_problem  # noqa: E402
+
+
+def oracles(only: set[str] | None) -> list[tuple[str, str, str, Path]]:
+    """(key NN_dsl, problem id, dsl, file) for every oracle kernel."""
+    found = []
+    for path in sorted((REPO / "oracles").glob("[0-9][0-9]_*.py")):
+        dsl = "cutedsl" if path.stem.endswith("_cutedsl") else "tirx"
+        key = f"{path.stem[:2]}_{dsl}"
+        if only is None or key in only:
+            found.append((key, path.stem[:2], dsl, path))
+    return found
+
+
+def independent(problem_file: Path, kernel: Path) -> dict:
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "independent_loop.py"), str(problem_file),
+                           str(kernel)], capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        return {"error": done.stderr[-2000:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def grade_cli(problem: str, kernel: Path, dsl: str) -> dict:
+    out = Path(tempfile.mkdtemp(prefix="mkb-timing-"))
+    started = time.time()
+    done = subprocess.run([sys.executable, "-m", "metakernelbench.cli", "grade", problem, str(kernel), "--dsl", dsl,
+                           "--reward-dir", str(out)], capture_output=True, text=True, timeout=1800)
+    wall = time.time() - started
+    try:
+        result = json.loads((out / "grade.json").read_text())
+    except OSError:
+        return {"status": "NO_RESULT", "message": done.stdout[-1000:] + done.stderr[-1000:], "process_s": wall}
+    result["process_s"] = wall
+    return result
+
+
+def summarize(task: str, path: str, ind: dict, results: list[dict], grading_s: list[float]) -> dict:
+    kernel = [r.get("kernel_ms") for r in results]
+    speed = [r.get("speedup") for r in results]
+    entry = {"task": task, "path": path, "independent_kernel_ms": ind.get("kernel_ms"),
+             "independent_eager_ms": ind.get("eager_ms"), "independent_speedup": ind.get("speedup"),
+             "statuses": [r.get("status") for r in results], "kernel_ms": kernel,
+             "eager_ms": [r.get("eager_ms") for r in results], "speedup": speed, "grading_s": grading_s,
+             "stages_s": [r.get("stages_s") for r in results],
+             "signal_overhead_us": [(r.get("details") or {}).get("signal_overhead_us_median") for r in results],
+             "eager_baseline": [(r.get("details") or {}).get("eager_baseline") for r in results],
+             "sandbox": results[0].get("sandbox") if results else None}
+    ok_k = [k for k in kernel if isinstance(k, (int, float))]
+    ok_s = [s for s in speed if isinstance(s, (int, float))]
+    if ok_k and ind.get("kernel_ms"):
+        med = statistics.median(ok_k)
+        entry["kernel_ms_median"] = med
+        entry["ratio_to_independent"] = med / ind["kernel_ms"]
+        entry["abs_diff_us"] = abs(med - ind["kernel_ms"]) * 1e3
+        entry["within"] = abs(med / ind["kernel_ms"] - 1) <= 0.05 or entry["abs_diff_us"] <= 10.0
+    if len(ok_s) >= 2:
+        entry["speedup_cv"] = statistics.pstdev(ok_s) / statistics.mean(ok_s)
+    if grading_s:
+        entry["grading_s_median"] = statistics.median(grading_s)
+    return entry
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--gradings", type=int, default=5)
+    p.add_argument("--only", default="", help="comma-separated NN_dsl keys (default: every oracle)")
+    p.add_argument("--paths", default="mkb_grade,judge")
+    p.add_argument("--device", default="cuda:0")
+    p.add_argument("--merge", action="store_true", help="keep entries of an existing --out not re-measured")
+    args = p.parse_args(argv)
+    command = "python3 benchmarks/h200_timing.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    only = {k.strip() for k in args.only.split(",") if k.strip()} or None
+    paths = [x.strip() for x in args.paths.split(",") if x.strip()]
+    record = {"command": command, "commit": _git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
+              "device": _device_name(args.device), "gradings": args.gradings,
+              "contract": "grader kernel_ms within 5 % or 10 us of the independent loop; speedup CV <= 2 %",
+              "entries": []}
+    if args.merge and args.out.exists():
+        record["entries"] = json.loads(args.out.read_text()).get("entries", [])
+    judge = None
+    if "judge" in paths:
+        work = Path(tempfile.mkdtemp(prefix="mkb-h200-timing-"))
+        work.chmod(0o711)
+        state = work / "state"
+        proc, url = start_judge(state, args.device, [])
+        from metakernelbench.verifier.judge.client import JudgeClient
+
+        judge = (proc, url, JudgeClient(url, (state / "admin.token").read_text().strip()), work)
+
+    def save() -> None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record, indent=2) + "\n")
+
+    try:
+        for key, pid, dsl, kernel in oracles(only):
+            problem = find_problem(pid)
+            task = f"{problem.spec.name}_{dsl}"
+            ind = independent(problem.spec.path, kernel)
+            print(f"[{key}] independent: {json.dumps({k: ind.get(k) for k in ('kernel_ms', 'eager_ms', 'speedup')})}"
+                  f" {ind.get('error', '')[-300:]}", flush=True)
+            for path in paths:
+                results, walls = [], []
+                if path == "mkb_grade":
+                    for _ in range(args.gradings):
+                        r = grade_cli(pid, kernel, dsl)
+                        results.append(r)
+                        walls.append(r.get("grade_wall_s") or 0.0)
+                elif path == "judge" and judge is not None:
+                    token = judge[2].register(f"timing-{key}", f"metakernelbench/{task}", minutes=120)["token"]
+                    for _ in range(args.gradings):
+                        out: dict = {}
+                        sandbox_submit(judge[1], token, f"metakernelbench/{task}", kernel, out)
+                        answer = out.get("answer", {})
+                        r = dict(answer.get("result") or {})
+                        r.setdefault("status", answer.get("status"))
+                        results.append(r)
+                        walls.append(answer.get("wall_s") or 0.0)
+                entry = summarize(task, path, ind, results, walls)
+                record["entries"] = [e for e in record["entries"] if (e["task"], e["path"]) != (task, path)]
+                record["entries"].append(entry)
+                save()
+                print(f"[{key}] {path}: {entry['statuses']} kernel {entry.get('kernel_ms_median')} ms "
+                      f"ratio {entry.get('ratio_to_independent')} cv {entry.get('speedup_cv')} "
+                      f"grading {entry.get('grading_s_median')} s", flush=True)
+    finally:
+        if judge is not None:
+            judge[0].terminate()
+            try:
+                judge[0].wait(30)
+            except subprocess.TimeoutExpired:
+                judge[0].kill()
+            record["judge_log_tail"] = (judge[3] / "judge.log").read_text(errors="replace")[-2000:]
+        save()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
