@@ -52,7 +52,13 @@ class Doorbell:
 
     @classmethod
     def attach(cls, path: str) -> Doorbell:
-        return cls(path, os.open(path, os.O_RDWR | os.O_CLOEXEC), owner=False)
+        """Map the page and remove its file at once: nothing imported later can open it by name."""
+        bell = cls(path, os.open(path, os.O_RDWR | os.O_CLOEXEC), owner=False)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        return bell
 
     def unlink(self) -> None:
         """Remove the file once both sides have it mapped (nothing is left behind on a crash)."""

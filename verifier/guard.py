@@ -61,15 +61,27 @@ FILE_CHANGE_EVENTS = {"os.rename", "os.remove", "os.rmdir", "os.link", "os.symli
 
 
 def _library_roots() -> tuple[str, ...]:
-    """Folders whose Python code is trusted library code: site-packages and the grader itself."""
+    """Where trusted library code lives: site-packages, the grader itself, and every package already
+    imported when the guard is installed (after the DSL stack: a DSL installed on ``PYTHONPATH``
+    rather than in site-packages is as installed as any). A package is trusted by its own folder
+    only, so a folder that merely sits on ``sys.path`` (a checkout, the working directory) is not."""
     roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
     try:
         roots.update(site.getsitepackages())
     except AttributeError:  # a virtualenv's old site module
         pass
     roots.add(str(Path(__file__).resolve().parent.parent / "problems"))  # never the submission's
+    files = set()
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if "." in name or not isinstance(path, str) or name in ("__main__", "__mp_main__"):
+            continue
+        if os.path.basename(path).startswith("__init__."):
+            roots.add(os.path.dirname(path))
+        else:
+            files.add(os.path.realpath(path))
     found = tuple(sorted(os.path.realpath(r) + os.sep for r in roots if r))
-    return found + (_GRADER,)
+    return found + (_GRADER,) + tuple(sorted(files))
 
 
 class GuardViolation(PermissionError):

@@ -11,7 +11,8 @@ submission and every library it calls alike.
   process), no ``ptrace``, no reading or writing another process's memory, no ``io_uring``.
 - ``landlock``: files may be created, written, truncated, renamed or removed only under the
   evaluation's scratch folder (plus writes to the NVIDIA device nodes, which the CUDA driver opens
-  as it goes, and ``/dev/null`` and friends). A ``.pth`` file dropped into site-packages, a
+  as it goes, ``/dev/null`` and friends, and existing shared-memory files). A ``.pth`` file
+  dropped into site-packages, a
   poisoned cache or a rewritten problem file are refused by the kernel, whatever code asks.
 - ``PR_SET_PDEATHSIG``: the worker dies with the grader.
 
@@ -167,14 +168,14 @@ def install_landlock(libc, writable: list[str], device_dirs: list[str]) -> int:
 
 
 def device_nodes() -> list[str]:
-    """Device files a worker may write: the NVIDIA driver's and the harmless character devices.
-
-    Not ``/dev/shm``: shared-memory files there belong to the grader (the timing doorbell) or to
-    other evaluations.
+    """Device files a worker may write: the NVIDIA driver's, the harmless character devices, and
+    existing files under ``/dev/shm`` (CUDA tensors shared by the grader come with a reference
+    counter there, which the receiving side must open for writing). Nothing can be *created* there,
+    and the timing doorbell's file is unlinked before the submission is imported.
     """
     import glob
 
-    nodes = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"]
+    nodes = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/shm"]
     return nodes + sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*"))
 
 

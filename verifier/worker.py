@@ -336,7 +336,13 @@ class Worker:
         if not self.load():
             return
         while True:
-            req = self.conn.recv()
+            try:
+                req = self.conn.recv()
+            except EOFError:
+                return
+            except Exception as exc:  # noqa: BLE001 - e.g. shared inputs that cannot be opened here
+                self.fail(-1, "call", "runtime", exc)
+                return
             if isinstance(req, CallRequest):
                 self._nonce = req.nonce
                 self.call(req)
