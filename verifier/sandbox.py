@@ -12,8 +12,8 @@ submission and every library it calls alike.
 - ``landlock``: files may be created, written, truncated, renamed or removed only under the
   evaluation's scratch folder (plus writes to the NVIDIA device nodes, which the CUDA driver opens
   as it goes, ``/dev/null`` and friends, and existing shared-memory files). A ``.pth`` file
-  dropped into site-packages, a
-  poisoned cache or a rewritten problem file are refused by the kernel, whatever code asks.
+  dropped into site-packages, a poisoned cache or a rewritten problem file are refused by the
+  kernel, whatever code asks.
 - ``PR_SET_PDEATHSIG``: the worker dies with the grader.
 
 Native libraries are checked after every call (``new_native_mappings``): an executable file mapping
