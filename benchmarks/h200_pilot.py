@@ -11,6 +11,7 @@ an empty ``solve`` against a bare synchronize loop (what end-to-end timing adds 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import multiprocessing
@@ -147,6 +148,8 @@ def main() -> None:
         if "oracles" in parts:
             run_oracles(config, results)
         reject_config = QUICK if args.quick_rejections else config
+        if args.parallel > 1:  # verdicts only: several gradings share the GPU on purpose
+            reject_config = dataclasses.replace(reject_config, exclusive_gpu=False)
         if "controls" in parts:
             run_controls(reject_config, results, Path(tmp), args.parallel)
         if "exploits" in parts:

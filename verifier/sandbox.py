@@ -194,12 +194,19 @@ def executable_mappings() -> set[str]:
     return found
 
 
-def installed_roots() -> tuple[str, ...]:
-    """Folders whose native libraries count as installed (the interpreter's and the system's)."""
+def installed_roots(exclude: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Folders whose native libraries count as installed: the interpreter's, the system's, and every
+    folder on ``sys.path`` when the limits are set (a DSL installed on ``PYTHONPATH`` loads its runtime
+    libraries from there), except ``exclude`` (the scratch folder, the submission's folder)."""
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, "/usr", "/lib", "/lib64", "/opt", "/usr/local"}
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         roots.add(sysconfig.get_paths()[key])
-    return tuple(sorted(os.path.realpath(r) + os.sep for r in roots if r))
+    roots.update(p for p in sys.path if p and os.path.isdir(p))
+    excluded = tuple(os.path.realpath(e) for e in exclude if e)
+    real = {os.path.realpath(r) for r in roots if r}
+    kept = [r for r in real if not any(r == e or r.startswith(e + os.sep) or e.startswith(r + os.sep)
+                                       for e in excluded)]
+    return tuple(sorted(r + os.sep for r in kept))
 
 
 @dataclass
@@ -230,10 +237,10 @@ class Sandbox:
         return ", ".join(parts + self.notes)
 
 
-def enter(scratch: str, require: bool = False) -> Sandbox:
+def enter(scratch: str, require: bool = False, submission: str = "") -> Sandbox:
     """Set the limits for the rest of this process's life; ``require`` turns an unavailable limit
     into ``SandboxError`` instead of a note in the result."""
-    box = Sandbox(scratch=scratch, roots=installed_roots())
+    box = Sandbox(scratch=scratch, roots=installed_roots((scratch, os.path.dirname(submission) if submission else "")))
     box.baseline_maps = executable_mappings()
     if sys.platform != "linux":
         box.notes.append(f"no OS limits on {sys.platform}")

@@ -1,9 +1,11 @@
 """The result channel from the candidate process to the trusted grader.
 
-Nothing the candidate process sends is ever unpickled: each message is one frame holding a
-length-prefixed JSON header (validated by a pydantic model) followed by raw tensor bytes, which
-the trusted side turns back into tensors with ``torch.frombuffer``. The trusted side accepts exactly
-one frame per request and checks the echoed nonce (see ``grader``).
+Nothing the candidate process sends is ever unpickled: each message is a JSON header frame
+(validated by a pydantic model) followed by one raw frame per tensor it declares, which the trusted
+side turns back into tensors with ``torch.frombuffer``; each raw frame is read with its declared size
+as the limit, so a frame larger than declared is refused before it is read. The trusted side accepts
+exactly one message per request and checks the echoed nonce (see ``grader``). ``encode``/``decode``
+give the same message as one buffer (tests, tools).
 
 The other direction (grader -> candidate) is trusted and uses multiprocessing's pickling, so input
 tensors travel as CUDA IPC handles / shared memory instead of copies.
@@ -94,6 +96,10 @@ class WireError(ValueError):
     """A frame from the candidate process does not follow the protocol."""
 
 
+class TooLarge(WireError):
+    """The declared tensors exceed what any valid answer can hold."""
+
+
 def encode(header: BaseModel, tensors: list[torch.Tensor] = ()) -> bytes:
     """One frame: u32 header length, JSON header, then each tensor's bytes in order."""
     head = header.model_dump_json().encode()
@@ -102,6 +108,58 @@ def encode(header: BaseModel, tensors: list[torch.Tensor] = ()) -> bytes:
         flat = t.detach().contiguous().cpu().reshape(-1)
         parts.append(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
     return b"".join(parts)
+
+
+def _raw(t: torch.Tensor) -> memoryview | bytes:
+    flat = t.detach().contiguous().cpu().reshape(-1)
+    return memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else b""
+
+
+def send(conn, header: BaseModel, tensors: list[torch.Tensor] = ()) -> None:
+    """Write one message: the header frame, then each tensor's bytes as a frame of its own."""
+    conn.send_bytes(header.model_dump_json().encode())
+    for t in tensors:
+        conn.send_bytes(_raw(t))
+
+
+def receive(conn, max_bytes: int) -> tuple[Message, list[torch.Tensor]]:
+    """Read one message from ``conn``; every size is checked before its bytes are read."""
+    try:
+        head = conn.recv_bytes(HEADER_LIMIT)
+    except OSError as exc:
+        raise WireError("header frame larger than any valid header") from exc
+    try:
+        message = MESSAGE.validate_python(json.loads(head))
+    except ValueError as exc:
+        raise WireError(f"malformed header: {exc}") from exc
+    metas = (getattr(message, "outputs", None) or []) + (getattr(message, "snapshots", None) or [])
+    tensors, total = [], 0
+    for meta in metas:
+        dtype = _checked_dtype(meta)
+        total += meta.nbytes
+        if total > max_bytes:
+            raise TooLarge("the tensors are larger than any valid answer")
+        if not conn.poll(30.0):
+            raise WireError("a declared tensor never arrived")
+        try:
+            raw = conn.recv_bytes(max(meta.nbytes, 1))
+        except OSError as exc:
+            raise WireError("a tensor frame is larger than its declared size") from exc
+        if len(raw) != meta.nbytes:
+            raise WireError("a tensor frame does not match its declared size")
+        flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+        tensors.append(flat.view(dtype).reshape(meta.shape))
+    return message, tensors
+
+
+def _checked_dtype(meta: TensorMeta) -> torch.dtype:
+    if meta.dtype not in _DTYPES:
+        raise WireError(f"unsupported dtype {meta.dtype!r}")
+    dtype = _DTYPES[meta.dtype]
+    numel = int(np.prod(meta.shape)) if meta.shape else 1
+    if any(s < 0 for s in meta.shape) or numel * dtype.itemsize != meta.nbytes:
+        raise WireError("tensor metadata is inconsistent")
+    return dtype
 
 
 def tensor_meta(t: torch.Tensor) -> TensorMeta:
@@ -123,12 +181,7 @@ def decode(frame: bytes) -> tuple[Message, list[torch.Tensor]]:
     metas = (getattr(message, "outputs", None) or []) + (getattr(message, "snapshots", None) or [])
     offset, tensors = 4 + head_len, []
     for meta in metas:
-        if meta.dtype not in _DTYPES:
-            raise WireError(f"unsupported dtype {meta.dtype!r}")
-        dtype = _DTYPES[meta.dtype]
-        numel = int(np.prod(meta.shape)) if meta.shape else 1
-        if any(s < 0 for s in meta.shape) or numel * dtype.itemsize != meta.nbytes:
-            raise WireError("tensor metadata is inconsistent")
+        dtype = _checked_dtype(meta)
         if offset + meta.nbytes > len(frame):
             raise WireError("frame ends before its tensors do")
         raw = bytearray(frame[offset:offset + meta.nbytes])

@@ -25,7 +25,7 @@ from . import hooks, sandbox
 from .device import DeviceTools
 from .doorbell import DONE, Doorbell
 from .guard import GuardViolation, install_guard, thread_count
-from .wire import CallResult, Failure, Outputs, Ready, encode, tensor_meta
+from .wire import CallResult, Failure, Outputs, Ready, send, tensor_meta
 
 _perf_ns = time.perf_counter_ns  # bound before any submission code can patch the module
 GO_TIMEOUT_S = 600.0  # the grader rings GO microseconds after READY; this only bounds a dead grader
@@ -94,7 +94,7 @@ def _critical_callables() -> dict[str, int]:
         "torch._C._cuda_synchronize": id(getattr(torch._C, "_cuda_synchronize", None)),
         "torch.cuda.Event.elapsed_time": id(torch.cuda.Event.elapsed_time),
         "statistics.median": id(statistics.median),
-        "worker.encode": id(globals()["encode"]),
+        "worker.send": id(globals()["send"]),
         "hooks.REGISTRY": id(hooks.REGISTRY),
         "hooks.REGISTRY.<instance>": hash(tuple(sorted(vars(hooks.REGISTRY)))),
     }
@@ -168,7 +168,7 @@ class Worker:
         self._sync = DeviceTools.sync.__get__(self.tools)  # bound now: later patches do not reach it
 
     def send(self, message, tensors=()) -> None:
-        self.conn.send_bytes(encode(message, list(tensors)))
+        send(self.conn, message, list(tensors))
 
     def fail(self, seq: int, stage: str, category: str, exc: BaseException | str) -> None:
         if isinstance(exc, BaseException):
@@ -203,7 +203,8 @@ class Worker:
                 _ban_cuda_graphs(self.guard)
                 self.integrity = _critical_callables()
                 # from here on the process is the submission's: OS limits first, then the guard
-                self.box = sandbox.enter(setup.scratch or os.getcwd(), require=setup.require_sandbox)
+                self.box = sandbox.enter(setup.scratch or os.getcwd(), require=setup.require_sandbox,
+                                         submission=setup.path)
                 self.guard.armed = True
                 module = _load_module(setup.path, "kernel")
                 self.solve = getattr(module, "solve", None)
