@@ -78,6 +78,7 @@ class GradeConfig:
     max_output_bytes: int = 8 << 30
     foreign_gpu_wait_s: float = 10.0
     exclusive_gpu: bool = True  # False only for verdict-only runs that grade several kernels at once
+    pin_cores: bool = True  # the grader's spin on a core of its own, the workers off that core and its sibling
     require_sandbox: bool = False  # an OS limit that cannot be set is INFRA_ERROR instead of a note
 
 
@@ -163,6 +164,7 @@ class WorkerHandle:
         self.max_bytes = max_bytes
         self.seq = 0
         self.nonce = setup.nonce
+        self.share_cpu = (os.cpu_count() or 1) < 4  # see Doorbell.wait_for
 
     def _alive(self) -> bool:
         """Still working on the call: alive and nothing (a failure report) waiting on the pipe."""
@@ -206,9 +208,9 @@ class WorkerHandle:
         self.parent.send(req)
         span = None
         if isinstance(req, CallRequest):
-            if self.bell.wait_for(READY, req.seq, deadline, self._alive) is not None:
+            if self.bell.wait_for(READY, req.seq, deadline, self._alive, share_cpu=self.share_cpu) is not None:
                 start = self.bell.go(req.seq)
-                end = self.bell.wait_for(DONE, req.seq, deadline, self._alive)
+                end = self.bell.wait_for(DONE, req.seq, deadline, self._alive, share_cpu=self.share_cpu)
                 span = None if end is None else end - start
         left = max(deadline - time.perf_counter_ns(), 0) / 1e9
         message, tensors = self.expect(left + 60.0 if span is not None else left, req.nonce, req.seq)
@@ -231,6 +233,42 @@ class WorkerHandle:
             self.process.join(5)
         self.parent.close()
         self.bell.close()
+
+
+def _cpu_list(text: str) -> set[int]:
+    """Parse a kernel CPU list such as ``0-3,8``."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if "-" in part:
+            lo, hi = part.split("-")
+            cpus.update(range(int(lo), int(hi) + 1))
+        elif part:
+            cpus.add(int(part))
+    return cpus
+
+
+def _cpu_list_text(cpus: set[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
+
+
+def core_plan(available: set[int] | None = None) -> tuple[set[int], set[int]] | None:
+    """(the grader's core, the workers' cores), or None with fewer than 4 CPUs to spare.
+
+    The grader spins on its clock while a call runs; on the same physical core as the worker (its
+    hyper-thread sibling) the spin would slow the worker's Python dispatch, so the grader takes one
+    logical CPU and the workers get every CPU that is neither it nor a sibling of it.
+    """
+    cpus = set(available if available is not None else os.sched_getaffinity(0))
+    if len(cpus) < 4:
+        return None
+    spin = max(cpus)
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{spin}/topology/thread_siblings_list") as fh:
+            siblings = _cpu_list(fh.read()) | {spin}
+    except OSError:
+        siblings = {spin}
+    workers = cpus - siblings
+    return ({spin}, workers) if workers else None
 
 
 class Stages:
@@ -403,27 +441,29 @@ class Evaluation:
                                                  for name, v in zip(self.spec.inputs, inputs, strict=True)))
         return LoopTimes(spans, own)
 
-    def eager_baseline(self, device_name: str) -> tuple[Timing, Timing, float, bool, str]:
-        """(baseline, this grading's check, drift, re-measured?, source) for the eager reference."""
+    def eager_baseline(self, device_name: str) -> tuple[Timing, Timing, float, bool, str, float]:
+        """(baseline, this grading's check, drift, re-measured?, source, the reference worker's smallest
+        signal gap in us) for the eager reference."""
         cfg = self.config
         key = baseline_mod.baseline_key(self.spec.path, self.spec.workload, device_name,
                                         cfg.eager_baseline_warmup, cfg.eager_baseline_timed)
         cache = baseline_mod.default_cache_dir() if cfg.eager_cache else None
         cached = baseline_mod.load(cache, key)
         check_seeds = [self.seed() for _ in range(cfg.eager_check_warmup + cfg.eager_check_timed)]
-        check = Timing.from_samples(self.timing_loop(self.reference, check_seeds, cfg.eager_check_warmup,
-                                                     None).spans_ms)
+        check_loop = self.timing_loop(self.reference, check_seeds, cfg.eager_check_warmup, None)
+        check = Timing.from_samples(check_loop.spans_ms)
+        ref_gap_us = check_loop.signal_overhead_us()[1]
         if cached is not None:
             base = Timing.from_samples(cached.samples_ms)
             drift = abs(check.median_ms - base.median_ms) / base.median_ms
             if drift <= cfg.eager_drift_flag:
-                return base, check, drift, False, "cached"
+                return base, check, drift, False, "cached", ref_gap_us
         seeds = [self.seed() for _ in range(cfg.eager_baseline_warmup + cfg.eager_baseline_timed)]
         loop = self.timing_loop(self.reference, seeds, cfg.eager_baseline_warmup, None)
         base = Timing.from_samples(loop.spans_ms)
         baseline_mod.store(cache, baseline_mod.make_entry(key, loop.spans_ms, base.median_ms, device_name))
         drift = abs(check.median_ms - base.median_ms) / base.median_ms
-        return base, check, drift, cached is not None, "measured"
+        return base, check, drift, cached is not None, "measured", ref_gap_us
 
     def recheck(self, seeds: list[int], keep: dict[int, tuple]) -> list[int]:
         calls = sorted(keep)
@@ -552,13 +592,20 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
     protected = [str(problem.spec.path.parent), *(protected_paths or [])]
     ev = Evaluation(problem, kernel_path, dsl, _device_of(device), config, protected)
     fields: dict[str, Any] = {"stages_s": stages.seconds}
+    original_cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    plan = core_plan() if config.pin_cores and original_cpus else None
     try:
+        if plan:
+            os.sched_setaffinity(0, plan[1])  # the workers inherit this set when they are spawned
         ev.spawn_candidate()
         ev.spawn_reference()  # both import torch at once, on different cores
+        if plan:
+            os.sched_setaffinity(0, plan[0])
+            fields["details"] = {"cores": f"grader {sorted(plan[0])}, workers {_cpu_list_text(plan[1])}"}
         ready = ev.await_candidate()
         fields.update(device=ready.device, sandbox=ready.sandbox)
         stages.mark("start")
-        fields["details"] = details = {"candidate_import_s": f"{ready.import_s:.3f}"}
+        fields["details"] = details = {**fields.get("details", {}), "candidate_import_s": f"{ready.import_s:.3f}"}
         ev.correctness(stages)
         stages.mark("correctness")
         seeds = [ev.seed() for _ in range(config.warmup + config.timed)]
@@ -568,7 +615,7 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
         others = ev.gpu_is_ours() if config.exclusive_gpu else []
         if others:
             raise Verdict(Status.INFRA_ERROR, f"other processes hold the GPU ({others}): not timed")
-        base, check, drift, remeasured, source_of_base = ev.eager_baseline(ready.device)
+        base, check, drift, remeasured, source_of_base, ref_gap_us = ev.eager_baseline(ready.device)
         stages.mark("eager")
         kernel_loop = ev.timing_loop(ev.candidate, seeds, config.warmup, keep)
         others = ev.gpu.foreign(ev.worker_pids()) if config.exclusive_gpu else []
@@ -582,16 +629,19 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
         kernel = Timing.from_samples(kernel_loop.spans_ms)
         sig_med, sig_min, sig_max = kernel_loop.signal_overhead_us()
         min_span_us = 1e3 * kernel.min_ms
-        if sig_min > max(0.25 * min_span_us, 50.0):
+        if plan and sig_min > max(0.25 * min_span_us, 50.0) and ref_gap_us < 50.0:
             # the grade uses the grader's clock, but an honest worker's stopwatch agrees with it to a
-            # few microseconds on at least some calls (a busy machine can delay the grader's look at
-            # DONE, never on every call): a gap on every call means its reporting was replaced
+            # few microseconds, as the trusted reference worker's just did on this machine: a gap on
+            # every call of the candidate means its reporting was replaced. Only where the grader's
+            # spin has a core of its own (``plan``): on a machine with too few cores a scheduler tick
+            # can delay every look, and nothing is concluded from the gaps there.
             raise Verdict(Status.REWARD_HACK, f"the worker's own stopwatch read at least {sig_min:.1f} us less "
                                               "than the grader's clock on every call (its timing code was "
                                               "tampered with)")
         details.update(eager_baseline=source_of_base, eager_baseline_samples=str(len(base.samples_ms)),
                        eager_remeasured=str(remeasured), signal_overhead_us_median=f"{sig_med:.2f}",
-                       signal_overhead_us_max=f"{sig_max:.2f}", gpu_process_check=(
+                       signal_overhead_us_max=f"{sig_max:.2f}", signal_overhead_us_min=f"{sig_min:.2f}",
+                       reference_signal_overhead_us_min=f"{ref_gap_us:.2f}", gpu_process_check=(
                            "nvml" if ev.gpu.available else (ev.gpu.why or "not a GPU")))
         fields.update(kernel_timing=kernel, eager_timing_before=base, eager_timing_after=check)
         fields["rechecked_calls"] = ev.recheck(seeds, keep)
@@ -628,5 +678,7 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
             if handle is not None:
                 handle.close()
         shutil.rmtree(ev.scratch, ignore_errors=True)
+        if plan:
+            os.sched_setaffinity(0, original_cpus)
     result.grade_wall_s = time.perf_counter() - started
     return result

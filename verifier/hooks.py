@@ -48,7 +48,7 @@ class LaunchRegistry:
         self._depth = threading.local()
         self.audit_numels: set[int] | None = None
         self.snapshots: list[tuple[str, torch.Tensor]] = []
-        self._dsl_produced: set[bytes] = set()
+        self._dsl_produced: list[torch.Tensor] = []  # raw bytes of what DSL launches left, on their device
         self._snapshot_bytes = 0
         self.refusals: list[str] = []  # the worker points this at its guard's violation list
 
@@ -63,7 +63,7 @@ class LaunchRegistry:
         self.counts = Counter()
         self.suppress = suppress
         self.audit_numels = set(audit_numels) if audit_numels else None
-        self.snapshots, self._dsl_produced, self._snapshot_bytes = [], set(), 0
+        self.snapshots, self._dsl_produced, self._snapshot_bytes = [], [], 0
 
     def launch(self, label: str, run: Callable[[], Any], args: tuple = ()) -> Any:
         """Count one launch of ``label`` and run it, unless it is the suppressed site."""
@@ -86,7 +86,7 @@ class LaunchRegistry:
             if audited:
                 if audited[0].is_cuda:
                     torch.cuda.synchronize(audited[0].device)
-                self._dsl_produced.update(_digest(t) for t in audited)
+                self._dsl_produced.extend(_raw_bytes(t).clone() for t in audited)
 
     # ---- the audit: did an answer exist before the DSL kernel that "produced" it ran? ----------
     def _audited(self, args: tuple) -> list[torch.Tensor]:
@@ -96,17 +96,18 @@ class LaunchRegistry:
     def _snapshot_before(self, label: str, t: torch.Tensor) -> None:
         if t.is_cuda:
             torch.cuda.synchronize(t.device)
-        if _digest(t) in self._dsl_produced:  # written by an earlier DSL launch of this call
-            return
+        raw = _raw_bytes(t)
+        if any(p.numel() == raw.numel() and torch.equal(p, raw) for p in self._dsl_produced):
+            return  # written by an earlier DSL launch of this call
         size = t.numel() * t.element_size()
         if self._snapshot_bytes + size <= SNAPSHOT_BUDGET:
             self._snapshot_bytes += size
-            self.snapshots.append((label, t.detach().to("cpu", copy=True).contiguous()))
+            self.snapshots.append((label, t.detach().clone().contiguous()))  # stays on its device until sent
 
 
-def _digest(t: torch.Tensor) -> bytes:
-    raw = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
-    return hashlib.blake2b(raw, digest_size=16).digest()
+def _raw_bytes(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes as a flat uint8 tensor on its own device (compared there: no host copies)."""
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
 
 
 def _tensors_in(args: Any) -> list[torch.Tensor]:

@@ -16,6 +16,7 @@ import os
 import sys
 import time
 import traceback
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,7 @@ import torch
 from . import hooks, sandbox
 from .device import DeviceTools
 from .doorbell import DONE, Doorbell
-from .guard import GuardViolation, install_guard, thread_count
+from .guard import TAMPERING, GuardViolation, install_guard, thread_count
 from .wire import CallResult, Failure, Outputs, Ready, send, tensor_meta
 
 _perf_ns = time.perf_counter_ns  # bound before any submission code can patch the module
@@ -146,6 +147,11 @@ def _is_compile_error(exc: BaseException) -> bool:
     return type(exc).__module__.startswith(("cutlass", "tvm")) and "Compil" in type(exc).__name__
 
 
+def _violation_category(violations: list[str]) -> str:
+    """Rewriting the grader's own code is a hack on the grade; any other refusal breaks a rule."""
+    return "hack" if any(TAMPERING in v for v in violations) else "violation"
+
+
 def _localize(inputs: tuple) -> tuple[tuple, list[tuple]]:
     """Copy the draw's GPU inputs into memory this process allocated, aliasing kept.
 
@@ -197,6 +203,14 @@ class Worker:
         self.seen_violations = 0
         self.solve = None
         self.integrity: dict[str, int] = {}
+        # The submission can reach this class (not this instance) through the loaded module and replace
+        # its methods; class attribute assignments raise no audit event. Every method is bound into
+        # the instance now, before the submission is imported, so this worker keeps running the
+        # grader's code, and the integrity check (itself pinned here) reports the replacement.
+        for name, value in vars(Worker).items():
+            if isinstance(value, types.FunctionType) and not name.startswith("__"):
+                self.__dict__[name] = value.__get__(self)
+        self._integrity_now = _critical_callables
         self.bell = Doorbell.attach(setup.doorbell)
         self.box: sandbox.Sandbox | None = None
         self._sync = DeviceTools.sync.__get__(self.tools)  # bound now: later patches do not reach it
@@ -246,7 +260,7 @@ class Worker:
                     self.fail(-1, "import", "structure", "kernel.py defines no callable solve(*inputs)")
                     return False
         except GuardViolation as exc:
-            self.fail(-1, "import", "violation", exc)
+            self.fail(-1, "import", _violation_category([str(exc)]), exc)
             return False
         except sandbox.SandboxError as exc:
             self.fail(-1, "setup", "infra", exc)
@@ -299,14 +313,15 @@ class Worker:
             elif thread_count() > self.thread_baseline and self.setup.mode == "candidate":
                 raise CallFailed("hack", f"threads grew from {self.thread_baseline} to {thread_count()} "
                                          "during timing (work left running after solve returned?)")
-        if _critical_callables() != self.integrity:
-            changed = [k for k, v in _critical_callables().items() if self.integrity.get(k) != v]
+        now = self._integrity_now()
+        if now != self.integrity:
+            changed = [k for k, v in now.items() if self.integrity.get(k) != v]
             raise CallFailed("hack", f"timing or result functions were replaced: {changed}")
         if not any(finder is self.guard.gate for finder in sys.meta_path):
             raise CallFailed("hack", "the import gate was removed from sys.meta_path")
         if len(self.guard.violations) > self.seen_violations:
             self.seen_violations = len(self.guard.violations)
-            raise CallFailed("violation", "; ".join(self.guard.violations))
+            raise CallFailed(_violation_category(self.guard.violations), "; ".join(self.guard.violations))
         if self.box is not None:
             loaded = self.box.new_native_mappings()
             if loaded:
@@ -344,7 +359,7 @@ class Worker:
             self.fail(req.seq, "call", exc.category, str(exc))
             return
         except GuardViolation as exc:
-            self.fail(req.seq, "call", "violation", exc)
+            self.fail(req.seq, "call", _violation_category([str(exc)]), exc)
             return
         except torch.cuda.OutOfMemoryError as exc:
             self.fail(req.seq, "call", "oom", exc)

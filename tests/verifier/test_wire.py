@@ -173,3 +173,57 @@ def test_declared_tensor_larger_than_the_frame_is_refused():
     huge = {"dtype": "float32", "shape": [1 << 20, 1 << 10], "device": "cpu", "nbytes": 4 << 30}
     with pytest.raises(WireError, match="ends before"):
         decode(_frame(_good_header(outputs=[huge]), b"\x00" * 64))
+
+
+# ---- the streaming form the worker and grader use (header frame + one frame per tensor) ----------
+def _pair():
+    import multiprocessing
+
+    return multiprocessing.Pipe()
+
+
+def test_send_receive_round_trip():
+    from metakernelbench.verifier.wire import receive, send
+
+    a, b = _pair()
+    msg = CallResult(nonce="n", seq=1, elapsed_ns=5, launches={"k": 1}, threads=1,
+                     outputs=[tensor_meta(t) for t in TENSORS])
+    send(a, msg, TENSORS)
+    got, tensors = receive(b, 1 << 30)
+    assert got == msg
+    assert all(torch.equal(x, y) for x, y in zip(tensors, TENSORS, strict=True))
+
+
+def test_a_frame_larger_than_declared_is_refused_before_it_is_read():
+    from metakernelbench.verifier.wire import receive
+
+    a, b = _pair()
+    t = torch.zeros(4)
+    msg = CallResult(nonce="n", seq=1, elapsed_ns=5, launches={}, threads=1, outputs=[tensor_meta(t)])
+    a.send_bytes(msg.model_dump_json().encode())
+    a.send_bytes(b"\0" * 10_000)
+    with pytest.raises(WireError):
+        receive(b, 1 << 30)
+
+
+def test_declared_tensors_beyond_the_limit_are_too_large():
+    from metakernelbench.verifier.wire import TooLarge, receive
+
+    a, b = _pair()
+    t = torch.zeros(1024)
+    msg = CallResult(nonce="n", seq=1, elapsed_ns=5, launches={}, threads=1, outputs=[tensor_meta(t)])
+    a.send_bytes(msg.model_dump_json().encode())
+    with pytest.raises(TooLarge):
+        receive(b, 100)
+
+
+def test_a_missing_tensor_frame_is_malformed(monkeypatch):
+    from metakernelbench.verifier import wire
+
+    a, b = _pair()
+    t = torch.zeros(4)
+    msg = CallResult(nonce="n", seq=1, elapsed_ns=5, launches={}, threads=1, outputs=[tensor_meta(t)])
+    a.send_bytes(msg.model_dump_json().encode())
+    monkeypatch.setattr(b, "poll", lambda timeout=0: False)
+    with pytest.raises(WireError):
+        wire.receive(b, 1 << 30)

@@ -366,7 +366,7 @@ class SubprocessIsolation:
         uid = BASE_EVAL_UID + slot if self.drop else None
         # one eager-baseline cache per device slot, kept across evaluations; only the grader writes it
         # (the candidate's worker is confined to its scratch folder by landlock)
-        cache = self.work_root / "eager-cache" / f"slot-{slot}"
+        cache = self.work_root.parent / f"{self.work_root.name}.eager-cache" / f"slot-{slot}"
         cache.mkdir(parents=True, exist_ok=True, mode=0o700)
         if uid is not None:
             os.chmod(cache.parent, 0o711)
