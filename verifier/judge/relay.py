@@ -22,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from .client import JudgeClient, JudgeError, JudgeUnavailable
+from .http_limits import IO_TIMEOUT_S, BoundedServerMixin, ClientError, RateLimiter, read_json_body
 
 log = logging.getLogger("metakernelbench.judge.relay")
 ALLOWED = (("GET", re.compile(r"/v1/health")), ("GET", re.compile(r"/v1/attempt")),
@@ -79,6 +80,7 @@ class Relay:
 def make_server(relay: Relay, listen: str) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        timeout = IO_TIMEOUT_S
 
         def log_message(self, fmt: str, *args: Any) -> None:
             log.debug(fmt, *args)
@@ -91,22 +93,29 @@ def make_server(relay: Relay, listen: str) -> ThreadingHTTPServer:
             self.end_headers()
             self.wfile.write(data)
 
+        def _limited(self) -> bool:
+            if limiter.allow("relay"):
+                return False
+            self._reply(429, {"error": "too many requests: slow down"})
+            return True
+
         def do_GET(self) -> None:  # noqa: N802
-            self._reply(*relay.forward("GET", self.path.split("?", 1)[0].rstrip("/"), None))
+            if not self._limited():
+                self._reply(*relay.forward("GET", self.path.split("?", 1)[0].rstrip("/"), None))
 
         def do_POST(self) -> None:  # noqa: N802
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
-                return self._reply(413, {"error": "the kernel file is too large"})
+            if self._limited():
+                return
             try:
-                body = json.loads(self.rfile.read(length) or b"{}")
-            except ValueError:
-                return self._reply(400, {"error": "the body is not JSON"})
-            if not isinstance(body, dict):
-                return self._reply(400, {"error": "the body must be a JSON object"})
+                body = read_json_body(self, MAX_BODY)
+            except ClientError as exc:
+                self.close_connection = True
+                return self._reply(exc.status, {"error": exc.message})
             self._reply(*relay.forward("POST", self.path.split("?", 1)[0].rstrip("/"), body))
 
+    class Server(BoundedServerMixin, ThreadingHTTPServer):
+        daemon_threads = True
+
+    limiter = RateLimiter()
     host, _, port = listen.rpartition(":")
-    server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
-    server.daemon_threads = True
-    return server
+    return Server((host or "0.0.0.0", int(port)), Handler)

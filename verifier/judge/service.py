@@ -40,6 +40,7 @@ from metakernelbench.problems import PROBLEMS_DIR, problem_paths
 
 from ..report import render_report
 from ..result import GradeResult
+from .http_limits import IO_TIMEOUT_S, BoundedServerMixin, ClientError, RateLimiter, read_json_body
 from .queue import Scheduler
 from .store import FEEDBACK, FINAL, Attempt, Store, Submission, hash_token
 
@@ -325,6 +326,7 @@ class Handler(BaseHTTPRequestHandler):
     judge: Judge  # set on the server class
     protocol_version = "HTTP/1.1"
     server_version = "metakernelbench-judge"
+    timeout = IO_TIMEOUT_S  # every read and write on the connection (http_limits)
 
     def address_string(self) -> str:
         return self.client_address[0] if isinstance(self.client_address, tuple) else "unix"
@@ -345,16 +347,7 @@ class Handler(BaseHTTPRequestHandler):
         return auth[7:].strip() if auth.lower().startswith("bearer ") else None
 
     def _body(self) -> dict:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY_BYTES:
-            raise ApiError(413, f"request over {MAX_BODY_BYTES} bytes: the kernel file is too large")
-        try:
-            data = json.loads(self.rfile.read(length) or b"{}")
-        except ValueError:
-            raise ApiError(400, "the body is not JSON") from None
-        if not isinstance(data, dict):
-            raise ApiError(400, "the body must be a JSON object")
-        return data
+        return read_json_body(self, MAX_BODY_BYTES)
 
     def _dispatch(self, method: str) -> None:
         judge = self.server.judge  # type: ignore[attr-defined]
@@ -363,6 +356,10 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if method == "GET" and path == "/v1/health":
                 return self._send(200, judge.health())
+            key = self._token() or "client:" + self.server.client_of(self.connection)  # type: ignore[attr-defined]
+            limiter = getattr(self.server, "limiter", None)
+            if limiter is not None and not limiter.allow(key):
+                raise ApiError(429, "too many requests: slow down")
             body = self._body() if method == "POST" else {}
             who = judge.principal(self._token(), task)
             if method == "POST" and path == "/v1/attempts":
@@ -377,7 +374,9 @@ class Handler(BaseHTTPRequestHandler):
             if method == "POST" and path == "/v1/tokens":
                 return self._send(200, judge.mint(who, TokenBody.model_validate(body)))
             raise ApiError(404, f"no route {method} {path}")
-        except ApiError as exc:
+        except (ApiError, ClientError) as exc:
+            if exc.status in (408, 411) or exc.status >= 413:
+                self.close_connection = True  # the rest of what the client sent cannot be trusted
             self._send(exc.status, {"error": exc.message})
         except ValidationError as exc:
             self._send(400, {"error": f"bad request: {exc.errors(include_url=False)[:3]}"})
@@ -392,12 +391,12 @@ class Handler(BaseHTTPRequestHandler):
         self._dispatch("POST")
 
 
-class TCPServer(ThreadingHTTPServer):
+class TCPServer(BoundedServerMixin, ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
 
-class UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+class UnixServer(BoundedServerMixin, socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
 
@@ -416,6 +415,7 @@ def serve_http(judge: Judge, listen: str | None, unix: Path | None) -> list[sock
         servers.append(us)
     for server in servers:
         server.judge = judge  # type: ignore[attr-defined]
+        server.limiter = RateLimiter()  # type: ignore[attr-defined]
         threading.Thread(target=server.serve_forever, name=f"judge-http-{type(server).__name__}",
                          daemon=True).start()
     return servers
