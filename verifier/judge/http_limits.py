@@ -8,7 +8,7 @@ careless or hostile. One client must not be able to starve, crash or slow the ot
   is a 400, never a hang;
 - every socket read and write has a timeout (a client that sends half a request, or nothing, is cut
   off after ``IO_TIMEOUT_S``), so a stalled connection holds its thread for seconds, not forever;
-- connections are capped in total and per client (per IP, or per peer uid on a unix socket); a
+- connections are capped in total and per client (per IP, or per peer process on a unix socket); a
   connection over the cap is answered 503 and closed before a thread is started for it;
 - requests are rate-limited per token (per client without one): 429 beyond the bucket.
 
@@ -70,13 +70,14 @@ def read_json_body(handler: Any, max_bytes: int) -> dict:
 
 
 def client_key(request: Any, client_address: Any) -> str:
-    """Who a connection belongs to: its IP, or on a unix socket the peer's uid."""
+    """Who a connection belongs to: its IP, or on a unix socket the connecting process (every trial's
+    sandbox and relay are processes of their own; all of them may run as one user)."""
     if isinstance(client_address, tuple) and client_address:
         return str(client_address[0])
     try:
         creds = request.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        _, uid, _ = struct.unpack("3i", creds)
-        return f"uid:{uid}"
+        pid, _, _ = struct.unpack("3i", creds)
+        return f"pid:{pid}"
     except (OSError, AttributeError):
         return "unix"
 
@@ -89,6 +90,7 @@ class BoundedServerMixin:
 
     max_connections = MAX_CONNECTIONS
     max_per_client = MAX_CONNECTIONS_PER_CLIENT
+    request_queue_size = 256  # the listen backlog: a flood of connects must not crowd others out of it
 
     def _bounds(self):
         if not hasattr(self, "_bound_lock"):
