@@ -8,7 +8,7 @@ writes GO, spins until the worker writes DONE (after ``solve`` returned and the 
 synchronised again) and stamps its clock again. That span, measured by a process the submission
 cannot reach, is the call's time: it exceeds the call itself by the two signal latencies, 1-3 us.
 
-The page is a small file mapped shared (in ``/dev/shm`` when present); slots are aligned int64
+The page is a small file mapped shared (in the evaluation's scratch folder); slots are aligned int64
 words, which x86-64 reads and writes atomically. The worker's own stopwatch reading of the same
 call is sent back too: it can only be shorter than the grader's span, so a longer one means the
 signals were forged (rung early by the submission) and the grade is REWARD_HACK.
@@ -41,8 +41,10 @@ class Doorbell:
         self.slots = memoryview(self._map).cast("q")
 
     @classmethod
-    def create(cls) -> Doorbell:
-        path = os.path.join(_folder(), f"mkb-bell-{secrets.token_hex(8)}")
+    def create(cls, folder: str | None = None) -> Doorbell:
+        """A new page, as a file in ``folder`` (the evaluation's scratch folder: under landlock no
+        other evaluation's worker may open it for writing) or in ``/dev/shm``."""
+        path = os.path.join(folder or _folder(), f"mkb-bell-{secrets.token_hex(8)}")
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         os.ftruncate(fd, SIZE)
         bell = cls(path, fd, owner=True)

@@ -152,9 +152,9 @@ def _environment(env: dict[str, str]):
 class WorkerHandle:
     """One spawned worker process: a strict request/response pipe plus the timing doorbell."""
 
-    def __init__(self, setup: WorkerSetup, env: dict[str, str], max_bytes: int):
+    def __init__(self, setup: WorkerSetup, env: dict[str, str], max_bytes: int, bell_dir: str | None = None):
         ctx = tmp.get_context("spawn")
-        self.bell = Doorbell.create()
+        self.bell = Doorbell.create(bell_dir)
         setup.doorbell = self.bell.path
         self.parent, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(target=worker_main, args=(child, setup), daemon=True)
@@ -324,7 +324,7 @@ class Evaluation:
                             device=str(self.device), num_outputs=len(self.spec.outputs),
                             nonce=secrets.token_hex(8), protected_paths=self.protected, scratch=self.scratch,
                             require_sandbox=self.config.require_sandbox)
-        self.candidate = WorkerHandle(setup, _scrubbed_env(self.scratch), self.config.max_output_bytes)
+        self.candidate = WorkerHandle(setup, _scrubbed_env(self.scratch), self.config.max_output_bytes, self.scratch)
 
     def await_candidate(self) -> Ready:
         ready, _ = self.candidate.expect(self.config.import_timeout_s, self.candidate.nonce, None)
@@ -342,7 +342,7 @@ class Evaluation:
         setup = WorkerSetup(mode="reference", dsl="none", path=str(self.spec.path),
                             device=str(self.device), num_outputs=len(self.spec.outputs),
                             nonce=secrets.token_hex(8))
-        self.reference = WorkerHandle(setup, _scrubbed_env(self.scratch), self.config.max_output_bytes)
+        self.reference = WorkerHandle(setup, _scrubbed_env(self.scratch), self.config.max_output_bytes, self.scratch)
 
     def await_reference(self) -> WorkerHandle:
         try:
