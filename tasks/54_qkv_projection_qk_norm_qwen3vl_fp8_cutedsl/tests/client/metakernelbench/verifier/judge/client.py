@@ -86,7 +86,21 @@ class JudgeClient:
         return cls(url, env.get("MKB_JUDGE_TOKEN") or None, env.get("MKB_TASK") or None)
 
     # ---- transport ---------------------------------------------------------------------------
+    BUSY = (429, 503)  # the judge's limits say "not now": wait and ask again (submissions are idempotent)
+
     def request(self, method: str, path: str, payload: dict | None = None) -> dict:
+        delay = 0.25
+        for _ in range(8):
+            try:
+                return self._request_once(method, path, payload)
+            except JudgeError as exc:
+                if exc.status not in self.BUSY:
+                    raise
+            time.sleep(delay)
+            delay = min(2 * delay, 4.0)
+        return self._request_once(method, path, payload)
+
+    def _request_once(self, method: str, path: str, payload: dict | None = None) -> dict:
         try:
             conn, prefix = _connection(self.url, self.timeout)
         except ValueError as exc:
