@@ -7,10 +7,41 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from metakernelbench.problems import find_problem
+from metakernelbench.problems import PROBLEMS_DIR, ProblemError, find_problem, problem_paths
 
 from .grader import GradeConfig, grade
 from .report import render_report
+
+
+def _fail(message: str) -> None:
+    """One line on stderr, no traceback, exit status 2 (a usage error: nothing was graded)."""
+    typer.echo(f"mkb grade: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _near(key: str) -> str:
+    import difflib
+
+    stems = [p.stem for p in problem_paths(PROBLEMS_DIR)]
+    close = difflib.get_close_matches(key, stems, n=3, cutoff=0.3) or \
+        [s for s in stems if s.startswith(key[:1])][:3]
+    return ", ".join(close) if close else "ids 01-" + f"{len(stems):02d}"
+
+
+def _check_device(device: str | None) -> None:
+    import torch
+
+    if device is None:
+        return
+    if device != "cpu" and not device.startswith("cuda"):
+        _fail(f"unknown device {device!r}: use cpu or cuda[:N]")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            _fail("no CUDA GPU on this machine: grade on the CPU with --device cpu (TIRx kernels built for llvm)")
+        index = device.partition(":")[2]
+        count = torch.cuda.device_count()
+        if index and (not index.isdigit() or int(index) >= count):
+            _fail(f"no device {device!r}: this machine has cuda:0" + (f" to cuda:{count - 1}" if count > 1 else ""))
 
 
 def grade_command(
@@ -24,8 +55,14 @@ def grade_command(
 ) -> None:
     """Grade KERNEL against PROBLEM."""
     if dsl not in ("cutedsl", "tirx"):
-        raise typer.BadParameter("--dsl must be cutedsl or tirx")
-    loaded = find_problem(problem)
+        _fail(f"--dsl must be cutedsl or tirx, not {dsl!r}")
+    if not kernel.is_file():
+        _fail(f"no kernel file at {kernel}")
+    _check_device(device)
+    try:
+        loaded = find_problem(problem)
+    except ProblemError:
+        _fail(f"no problem matches {problem!r} (near: {_near(problem)}); ids, NN_slug names and task names work")
     if small:
         loaded.spec = loaded.spec.model_copy(update={"workload": {**loaded.spec.workload,
                                                                   **loaded.spec.small_workload}})

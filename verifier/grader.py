@@ -550,7 +550,7 @@ class Evaluation:
                 raise Verdict(Status.RULE_VIOLATION, f"bypass test: with the DSL launch {site!r} suppressed "
                                                      "the outputs are still correct, so that kernel does "
                                                      "not compute them", bypass=outcomes)
-            outcomes[site] = f"outputs invalid ({mismatch.check} check on {mismatch.output!r})"
+            outcomes[site] = f"outputs broken without it, as required ({mismatch.check} check on {mismatch.output!r})"
         return outcomes
 
     def restart_candidate(self) -> None:
@@ -584,6 +584,10 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
     if len(source) > MAX_KERNEL_BYTES:
         return failure(Status.RULE_VIOLATION, name, dsl, f"kernel file over {MAX_KERNEL_BYTES} bytes")
     violations = scan_source(source.decode("utf-8", errors="replace"), dsl)
+    syntax = [v for v in violations if v.rule == "syntax error"]
+    if syntax:  # it does not compile: a compile error, not a broken rule
+        return failure(Status.COMPILE_ERROR, name, dsl, f"syntax error on line {syntax[0].line}: {syntax[0].detail}",
+                       grade_wall_s=time.perf_counter() - started)
     if violations:
         return failure(Status.RULE_VIOLATION, name, dsl, "static rules: " + str(violations[0]),
                        violations=[str(v) for v in violations],

@@ -21,7 +21,7 @@ def render_report(result: GradeResult, submissions_left: int | None = None,
         lines.append(f"kernel median: {result.kernel_ms:.4f} ms")
     if result.eager_ms is not None:
         lines.append(f"eager median: {result.eager_ms:.4f} ms"
-                     + (" (eager drifted >10% between before/after: noisy machine)"
+                     + (" (the eager baseline drifted >10% and was measured again: a noisy machine)"
                         if result.eager_drift_flag else ""))
     if result.speedup is not None:
         lines.append(f"speedup: {result.speedup:.3f}x (scored {result.score_speedup:.3f}x, cap 100x)")
@@ -30,7 +30,7 @@ def render_report(result: GradeResult, submissions_left: int | None = None,
     if result.launch_sites:
         lines.append("DSL launch sites: " + ", ".join(result.launch_sites))
     for site, outcome in result.bypass.items():
-        lines.append(f"  bypass {site}: {outcome}")
+        lines.append(f"  bypass test, {site} suppressed: {outcome}")
     for v in result.violations[:10]:
         lines.append(f"rule: {v}")
     if submissions_left is not None:

@@ -116,7 +116,7 @@ def test_reward_values_are_flat_finite_floats(result):
 
 
 def test_write_produces_grade_and_reward_files(tmp_path):
-    result = passed(2.5, mismatch=None, launch_sites=["tirx:main@abc"], bypass={"tirx:main@abc": "outputs invalid"},
+    result = passed(2.5, mismatch=None, launch_sites=["tirx:main@abc"], bypass={"tirx:main@abc": "outputs broken"},
                     kernel_timing=Timing.from_samples([1.0, 1.2, 0.9]))
     result.write(tmp_path / "verifier")
     grade = json.loads((tmp_path / "verifier" / "grade.json").read_text())

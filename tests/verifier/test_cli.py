@@ -1,0 +1,57 @@
+"""``mkb grade``'s usage errors: one line on stderr saying what to do, exit status 2, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+KERNEL = REPO / "tests" / "exploits" / "control_honest_28.py"
+
+
+def _mkb(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "metakernelbench.cli", "grade", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def _one_line_error(done: subprocess.CompletedProcess, *words: str) -> None:
+    assert done.returncode == 2, done.stdout[-500:] + done.stderr[-1500:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def test_unknown_problem_lists_near_matches():
+    _one_line_error(_mkb("99", str(KERNEL), "--dsl", "tirx"), "no problem matches '99'", "near:")
+
+
+def test_unknown_device_says_which_exist():
+    _one_line_error(_mkb("28", str(KERNEL), "--dsl", "tirx", "--device", "tpu"), "unknown device 'tpu'", "cpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the machine has a GPU")
+def test_no_gpu_points_to_the_cpu():
+    _one_line_error(_mkb("28", str(KERNEL), "--dsl", "tirx", "--device", "cuda"), "--device cpu")
+
+
+def test_missing_kernel_file():
+    _one_line_error(_mkb("28", str(REPO / "nowhere.py"), "--dsl", "tirx"), "no kernel file at")
+
+
+def test_wrong_dsl():
+    _one_line_error(_mkb("28", str(KERNEL), "--dsl", "triton"), "--dsl must be cutedsl or tirx")
+
+
+def test_a_syntax_error_is_a_compile_error(tmp_path):
+    from metakernelbench.problems import find_problem
+    from metakernelbench.verifier.grader import grade
+
+    bad = tmp_path / "kernel.py"
+    bad.write_text("import tvm\ndef solve(x:\n    return x\n")
+    result = grade(find_problem("28"), bad, "tirx", device="cpu")
+    assert result.status.value == "COMPILE_ERROR" and "syntax error on line 2" in result.message
