@@ -55,3 +55,9 @@ def test_a_syntax_error_is_a_compile_error(tmp_path):
     bad.write_text("import tvm\ndef solve(x:\n    return x\n")
     result = grade(find_problem("28"), bad, "tirx", device="cpu")
     assert result.status.value == "COMPILE_ERROR" and "syntax error on line 2" in result.message
+
+
+def test_judge_help_names_the_mkb_command():
+    done = subprocess.run([sys.executable, "-m", "metakernelbench.cli", "judge", "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("usage: mkb judge"), done.stdout[:200]

@@ -80,8 +80,8 @@ def _stop(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m metakernelbench.verifier.judge", description=__doc__)
+def build_parser(prog: str = "python -m metakernelbench.verifier.judge") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="run the judge")
@@ -130,10 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m metakernelbench.verifier.judge") -> int:
     logging.basicConfig(level=os.environ.get("MKB_JUDGE_LOG", "INFO"),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     return args.fn(args)
 
 

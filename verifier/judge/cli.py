@@ -10,7 +10,7 @@ def judge_command(ctx: typer.Context) -> None:
     """Run the judge: serve, relay, token, status, stop (``mkb judge serve --help``)."""
     from .__main__ import main
 
-    raise typer.Exit(main(list(ctx.args)))
+    raise typer.Exit(main(list(ctx.args), prog="mkb judge"))
 
 
 def register(app: typer.Typer) -> None:
