@@ -82,13 +82,18 @@ def test_filter_program_is_well_formed():
             assert i + 1 + max(jt, jf) < n
 
 
-def test_new_native_mappings_flags_only_foreign_files(tmp_path):
-    box = sandbox.Sandbox(scratch=str(tmp_path), roots=("/usr/", "/lib/"))
-    box.baseline_maps = set()
-    real = sandbox.executable_mappings()
-    flagged = box.new_native_mappings()
-    assert all(not p.startswith(("/usr/", "/lib/")) or p.startswith(str(tmp_path)) for p in flagged)
-    assert set(flagged) <= real
+def test_new_native_mappings_flags_what_lies_outside_installed_folders(tmp_path):
+    mapped = sandbox.executable_mappings()
+    assert mapped, "a Python process maps at least its interpreter or libpython"
+    nothing_installed = sandbox.Sandbox(scratch=str(tmp_path), roots=())
+    assert set(nothing_installed.new_native_mappings()) == mapped
+    all_installed = sandbox.Sandbox(scratch=str(tmp_path), roots=("/",))
+    assert all_installed.new_native_mappings() == []
+    some_lib = sorted(mapped)[0]
+    scratch_is_never_installed = sandbox.Sandbox(scratch=os.path.dirname(some_lib), roots=("/",))
+    assert some_lib in scratch_is_never_installed.new_native_mappings()
+    seen_before = sandbox.Sandbox(scratch=str(tmp_path), roots=(), baseline_maps=set(mapped))
+    assert seen_before.new_native_mappings() == []
 
 
 def test_device_nodes_exclude_nothing_the_driver_needs():
