@@ -272,6 +272,18 @@ def changed_since(roots: list[tuple[Path, bool]], since_ns: int, limit: int = 20
     return found[:limit]
 
 
+def slot_cpus(slot: int, slots: int) -> set[int] | None:
+    """The CPUs of device slot ``slot`` when ``slots`` evaluations run at once: a disjoint share, so no
+    two timing loops (and their graders' spins) ever share a core. None with one slot."""
+    if slots <= 1 or not hasattr(os, "sched_getaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    share = len(cpus) // slots
+    if share < 1:
+        return None
+    return set(cpus[slot * share:(slot + 1) * share])
+
+
 def _child_env(marker: str, home: Path, tmp: Path, eager_cache: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_DENY_PREFIXES)}
     if eager_cache is not None:  # the eager baselines outlive one evaluation (grader.eager_baseline)
@@ -328,6 +340,7 @@ class SubprocessIsolation:
         return killed
 
     drop_refused: str | None = None
+    cpu_slots = 1  # device slots sharing this host's CPUs (set by the judge): each gets its own CPUs
 
     @staticmethod
     def _probe_uid(uid: int) -> str | None:
@@ -375,7 +388,8 @@ class SubprocessIsolation:
         log = folder.parent / f"{folder.name}.log"
         started_ns = time.time_ns()
         try:
-            return self._run(req, device, kernel, folder, home, tmp, marker, uid, log, started_ns, on_stage, cache)
+            return self._run(req, device, kernel, folder, home, tmp, marker, uid, log, started_ns, on_stage, cache,
+                             slot)
         finally:
             kill_leftovers(marker, uid)
             shutil.rmtree(folder, ignore_errors=True)
@@ -383,17 +397,23 @@ class SubprocessIsolation:
             log.unlink(missing_ok=True)
 
     def _run(self, req, device, kernel, folder, home, tmp, marker, uid, log, started_ns, on_stage,
-             eager_cache: Path | None = None) -> EvalOutcome:
+             eager_cache: Path | None = None, slot: int = 0) -> EvalOutcome:
         report = RunnerReport()
         extra: dict[str, Any] = {}
         if uid is not None:
             extra = {"user": uid, "group": uid, "extra_groups": []}
         with open(log, "wb") as err:
             try:
+                cpus = slot_cpus(slot, self.cpu_slots)
                 proc = subprocess.Popen(self.command(req, kernel, device), stdout=subprocess.PIPE, stderr=err,
                                         stdin=subprocess.DEVNULL, cwd=folder,
                                         env=_child_env(marker, home, tmp, eager_cache),
                                         start_new_session=True, **extra)
+                if cpus:  # before the runner starts its workers (they inherit it); no preexec_fn in a threaded judge
+                    try:
+                        os.sched_setaffinity(proc.pid, cpus)
+                    except OSError:
+                        pass
             except OSError as exc:
                 return outcome_without_result(req, report, f"cannot start the runner: {exc}")
             reader = threading.Thread(target=lambda: [report.feed(line.decode(errors="replace"), on_stage)

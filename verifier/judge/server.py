@@ -88,6 +88,8 @@ class RunningJudge:
         if requeued:
             log.warning("queued again after a restart: submissions %s", requeued)
         self.isolation = make_isolation(config)
+        if hasattr(self.isolation, "cpu_slots"):
+            self.isolation.cpu_slots = len(config.devices)
         self.scheduler = Scheduler(self.store, self.isolation, config.devices)
         self.judge = Judge(self.store, self.scheduler, config.problems_root, config.budget, config.minutes)
         self.servers = serve_http(self.judge, config.listen, config.unix)

@@ -242,3 +242,13 @@ def test_import_roots_watch_packages_deeply_and_pythonpath_shallowly(tmp_path, m
     assert iso_mod.changed_since([(shallow, False)], since) == []
     (shallow / "numpy.py").write_text("")  # would shadow an installed module
     assert iso_mod.changed_since([(shallow, False)], since) == [str(shallow / "numpy.py")]
+
+
+def test_device_slots_get_disjoint_cpus(monkeypatch):
+    from metakernelbench.verifier.judge import isolation
+
+    monkeypatch.setattr(isolation.os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert isolation.slot_cpus(0, 1) is None
+    shares = [isolation.slot_cpus(k, 4) for k in range(4)]
+    assert all(len(s) == 4 for s in shares)
+    assert set().union(*shares) == set(range(16)) and sum(len(s) for s in shares) == 16
