@@ -109,12 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     command = "python3 benchmarks/h200_timing.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     only = {k.strip() for k in args.only.split(",") if k.strip()} or None
     paths = [x.strip() for x in args.paths.split(",") if x.strip()]
-    record = {"command": command, "commit": _git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
-              "device": _device_name(args.device), "gradings": args.gradings,
-              "contract": "grader kernel_ms within 5 % or 10 us of the independent loop; speedup CV <= 2 %",
-              "entries": []}
+    run = {"command": command, "commit": _git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
+           "device": _device_name(args.device), "gradings": args.gradings}
+    record: dict = {"contract": "grader kernel_ms within 5 % or 10 us of the independent loop; speedup CV <= 2 %",
+                    "runs": [], "entries": []}
     if args.merge and args.out.exists():
-        record["entries"] = json.loads(args.out.read_text()).get("entries", [])
+        record.update(json.loads(args.out.read_text()))  # earlier runs, entries and notes are kept
+    record["runs"] = [*record.get("runs", []), run]
     judge = None
     if "judge" in paths:
         work = Path(tempfile.mkdtemp(prefix="mkb-h200-timing-"))
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                         r.setdefault("status", answer.get("status"))
                         results.append(r)
                         walls.append(answer.get("wall_s") or 0.0)
-                entry = summarize(task, path, ind, results, walls)
+                entry = {**summarize(task, path, ind, results, walls), "commit": run["commit"], "date": run["date"]}
                 record["entries"] = [e for e in record["entries"] if (e["task"], e["path"]) != (task, path)]
                 record["entries"].append(entry)
                 save()
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 judge[0].wait(30)
             except subprocess.TimeoutExpired:
                 judge[0].kill()
-            record["judge_log_tail"] = (judge[3] / "judge.log").read_text(errors="replace")[-2000:]
+            run["judge_log_tail"] = (judge[3] / "judge.log").read_text(errors="replace")[-2000:]
         save()
     return 0
 
