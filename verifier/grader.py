@@ -152,7 +152,8 @@ def _environment(env: dict[str, str]):
 class WorkerHandle:
     """One spawned worker process: a strict request/response pipe plus the timing doorbell."""
 
-    def __init__(self, setup: WorkerSetup, env: dict[str, str], max_bytes: int, bell_dir: str | None = None):
+    def __init__(self, setup: WorkerSetup, env: dict[str, str], max_bytes: int, bell_dir: str | None = None,
+                 share_cpu: bool = True):
         ctx = tmp.get_context("spawn")
         self.bell = Doorbell.create(bell_dir)
         setup.doorbell = self.bell.path
@@ -164,7 +165,7 @@ class WorkerHandle:
         self.max_bytes = max_bytes
         self.seq = 0
         self.nonce = setup.nonce
-        self.share_cpu = (os.cpu_count() or 1) < 4  # see Doorbell.wait_for
+        self.share_cpu = share_cpu  # no core of its own for the grader's spin (Doorbell.wait_for)
 
     def _alive(self) -> bool:
         """Still working on the call: alive and nothing (a failure report) waiting on the pipe."""
@@ -297,7 +298,7 @@ class Evaluation:
         self.candidate: WorkerHandle | None = None
         self.reference: WorkerHandle | None = None
         self.launch_sites: list[str] = []
-        self.sandbox = ""
+        self.share_cpu = True  # set by grade() from its core plan
         self.gpu = GpuProcesses.for_device(pci_bus_id(device.index)) if device.type == "cuda" else GpuProcesses()
 
     # ---- draws -------------------------------------------------------------------------------
@@ -324,13 +325,12 @@ class Evaluation:
                             device=str(self.device), num_outputs=len(self.spec.outputs),
                             nonce=secrets.token_hex(8), protected_paths=self.protected, scratch=self.scratch,
                             require_sandbox=self.config.require_sandbox)
-        self.candidate = WorkerHandle(setup, _scrubbed_env(self.scratch), self.config.max_output_bytes, self.scratch)
+        self.candidate = WorkerHandle(setup, _scrubbed_env(self.scratch), self.config.max_output_bytes, self.scratch,
+                                      self.share_cpu)
 
     def await_candidate(self) -> Ready:
         ready, _ = self.candidate.expect(self.config.import_timeout_s, self.candidate.nonce, None)
         assert isinstance(ready, Ready)
-        self.candidate.bell.unlink()
-        self.sandbox = ready.sandbox
         self.first_call = True
         return ready
 
@@ -342,14 +342,14 @@ class Evaluation:
         setup = WorkerSetup(mode="reference", dsl="none", path=str(self.spec.path),
                             device=str(self.device), num_outputs=len(self.spec.outputs),
                             nonce=secrets.token_hex(8))
-        self.reference = WorkerHandle(setup, _scrubbed_env(self.scratch), self.config.max_output_bytes, self.scratch)
+        self.reference = WorkerHandle(setup, _scrubbed_env(self.scratch), self.config.max_output_bytes, self.scratch,
+                                      self.share_cpu)
 
     def await_reference(self) -> WorkerHandle:
         try:
             self.reference.expect(self.config.import_timeout_s, self.reference.nonce, None)
         except Verdict as exc:  # the trusted worker failing is never the submission's fault
             raise Verdict(Status.INFRA_ERROR, f"the reference worker failed: {exc.message}") from None
-        self.reference.bell.unlink()
         return self.reference
 
     def worker_pids(self) -> set[int]:
@@ -595,9 +595,11 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
     stages.mark("static")
     protected = [str(problem.spec.path.parent), *(protected_paths or [])]
     ev = Evaluation(problem, kernel_path, dsl, _device_of(device), config, protected)
-    fields: dict[str, Any] = {"stages_s": stages.seconds}
+    details: dict[str, str] = {}
+    fields: dict[str, Any] = {"stages_s": stages.seconds, "details": details}
     original_cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     plan = core_plan() if config.pin_cores and original_cpus else None
+    ev.share_cpu = plan is None
     try:
         if plan:
             os.sched_setaffinity(0, plan[1])  # the workers inherit this set when they are spawned
@@ -605,11 +607,11 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
         ev.spawn_reference()  # both import torch at once, on different cores
         if plan:
             os.sched_setaffinity(0, plan[0])
-            fields["details"] = {"cores": f"grader {sorted(plan[0])}, workers {_cpu_list_text(plan[1])}"}
+            details["cores"] = f"grader {sorted(plan[0])}, workers {_cpu_list_text(plan[1])}"
         ready = ev.await_candidate()
         fields.update(device=ready.device, sandbox=ready.sandbox)
         stages.mark("start")
-        fields["details"] = details = {**fields.get("details", {}), "candidate_import_s": f"{ready.import_s:.3f}"}
+        details["candidate_import_s"] = f"{ready.import_s:.3f}"
         ev.correctness(stages)
         stages.mark("correctness")
         seeds = [ev.seed() for _ in range(config.warmup + config.timed)]

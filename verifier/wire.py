@@ -104,9 +104,7 @@ def encode(header: BaseModel, tensors: list[torch.Tensor] = ()) -> bytes:
     """One frame: u32 header length, JSON header, then each tensor's bytes in order."""
     head = header.model_dump_json().encode()
     parts = [struct.pack("<I", len(head)), head]
-    for t in tensors:
-        flat = t.detach().contiguous().cpu().reshape(-1)
-        parts.append(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+    parts += [bytes(_raw(t)) for t in tensors]
     return b"".join(parts)
 
 

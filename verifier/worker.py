@@ -152,14 +152,18 @@ def _violation_category(violations: list[str]) -> str:
     return "hack" if any(TAMPERING in v for v in violations) else "violation"
 
 
+def _foreign_native(loaded: list[str]) -> str:
+    return "native code loaded from outside the installed libraries: " + ", ".join(loaded[:5])
+
+
 def _localize(inputs: tuple) -> tuple[tuple, list[tuple]]:
     """Copy the draw's GPU inputs into memory this process allocated, aliasing kept.
 
-    Inputs arrive as CUDA IPC mappings of the grader's memory. A kernel reading them there ran
-    ~40 us slower per call on the H200 than on local memory (a plain loop's inputs are local), so
-    the call gets copies: one per distinct storage, every view rebuilt with its offset and strides,
-    so inputs that share memory still share it. Returns the copies and (shared, local) storage
-    pairs for ``publish``.
+    Inputs arrive as CUDA IPC mappings of the grader's memory; a plain loop's inputs are memory its
+    own process allocated. So that the timed call reads the same kind of memory as a user's loop
+    (whether IPC mappings cost time on the H200 has not been measured yet), it gets copies: one per
+    distinct storage, every view rebuilt with its offset and strides, so inputs that share memory
+    still share it. Returns the copies and (shared, local) storage pairs for ``_publish``.
     """
     copies: dict[int, tuple] = {}
     out = []
@@ -269,9 +273,9 @@ class Worker:
             self.fail(-1, "import", "compile" if not isinstance(exc, ImportError) or
                       _is_compile_error(exc) else "runtime", exc)
             return False
-        if self.box is not None and self.box.new_native_mappings():
-            self.fail(-1, "import", "violation", "native code loaded from outside the installed libraries: "
-                      + ", ".join(self.box.new_native_mappings()[:5]))
+        loaded = self.box.new_native_mappings() if self.box is not None else []
+        if loaded:
+            self.fail(-1, "import", "violation", _foreign_native(loaded))
             return False
         self.send(Ready(nonce=setup.nonce, device=self.tools.name(), torch_version=torch.__version__,
                         dsl_version=str(version), import_s=time.perf_counter() - start,
@@ -325,8 +329,7 @@ class Worker:
         if self.box is not None:
             loaded = self.box.new_native_mappings()
             if loaded:
-                raise CallFailed("violation", "native code loaded from outside the installed libraries: "
-                                 + ", ".join(loaded[:5]))
+                raise CallFailed("violation", _foreign_native(loaded))
 
     def call(self, req: CallRequest) -> None:
         """One call: prepare outside the window, then READY / GO / solve / sync / DONE (``doorbell``)."""
