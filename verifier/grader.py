@@ -30,7 +30,7 @@ import tempfile
 import time
 import types
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from random import SystemRandom
 from typing import Any
@@ -94,6 +94,7 @@ class LoopTimes:
 
     spans_ms: list[float]
     worker_ms: list[float]
+    returned_ms: list[float] = field(default_factory=list)  # worker-reported host time until solve returned
 
     def signal_overhead_us(self) -> tuple[float, float, float]:
         """Median, min and max of (grader span - worker stopwatch), in microseconds: the doorbell's
@@ -425,7 +426,7 @@ class Evaluation:
     def timing_loop(self, handle: WorkerHandle, seeds: list[int], warmup: int,
                     keep: dict[int, tuple] | None) -> LoopTimes:
         """Time one side: each call's span between GO and DONE on the grader's clock."""
-        spans, own = [], []
+        spans, own, returned = [], [], []
         for i, seed in enumerate(seeds):
             timed = i >= warmup
             inputs = self.draw(seed)
@@ -434,12 +435,13 @@ class Evaluation:
             if timed:
                 spans.append(self.last_span_ns / 1e6)
                 own.append(result.elapsed_ns / 1e6)
+                returned.append(result.returned_ns / 1e6)
                 if keep is not None and i in keep:
                     # in-place inputs now hold the call's results: copy them as they are when the
                     # reply arrives, so work still running in the candidate cannot finish them later
                     keep[i] = (result.seq, tuple(v.clone() if name in self.spec.inplace else v
                                                  for name, v in zip(self.spec.inputs, inputs, strict=True)))
-        return LoopTimes(spans, own)
+        return LoopTimes(spans, own, returned)
 
     def eager_baseline(self, device_name: str) -> tuple[Timing, Timing, float, bool, str, float]:
         """(baseline, this grading's check, drift, re-measured?, source, the reference worker's smallest
@@ -647,6 +649,7 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
         details.update(eager_baseline=source_of_base, eager_baseline_samples=str(len(base.samples_ms)),
                        eager_remeasured=str(remeasured), signal_overhead_us_median=f"{sig_med:.2f}",
                        signal_overhead_us_max=f"{sig_max:.2f}", signal_overhead_us_min=f"{sig_min:.2f}",
+                       host_launch_us_median=f"{1e3 * _median(kernel_loop.returned_ms or [0.0]):.1f}",
                        reference_signal_overhead_us_min=f"{ref_gap_us:.2f}", gpu_process_check=(
                            "nvml" if ev.gpu.available else (ev.gpu.why or "not a GPU")))
         fields.update(kernel_timing=kernel, eager_timing_before=base, eager_timing_after=check)

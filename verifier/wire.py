@@ -60,6 +60,7 @@ class CallResult(BaseModel):
     nonce: str
     seq: int
     elapsed_ns: int = Field(ge=0)
+    returned_ns: int = Field(default=0, ge=0)  # until solve returned (host launch work); a diagnostic only
     launches: dict[str, int]
     outputs: list[TensorMeta] | None = None
     threads: int

@@ -345,6 +345,7 @@ class Worker:
             t0 = _perf_ns()
             with torch.no_grad():
                 returned = self.solve(*req.inputs)
+            t_ret = _perf_ns()
             self._sync()
             t1 = _perf_ns()
             if bell.slots[DONE] == req.seq:
@@ -374,7 +375,7 @@ class Worker:
             self.kept[req.seq] = kept
         sent = list(outputs) if req.send_outputs else []
         snapshots = hooks.REGISTRY.snapshots if req.audit_numels else []
-        self.send(CallResult(nonce=req.nonce, seq=req.seq, elapsed_ns=t1 - t0,
+        self.send(CallResult(nonce=req.nonce, seq=req.seq, elapsed_ns=t1 - t0, returned_ns=t_ret - t0,
                              launches=dict(hooks.REGISTRY.counts),
                              outputs=[tensor_meta(o) for o in sent] if req.send_outputs else None,
                              threads=thread_count(), snapshot_sites=[site for site, _ in snapshots],
