@@ -9,12 +9,12 @@ the whole call (device sync to device sync) and of the host part (until ``solve`
 - ``bare``: nothing of the grader loaded. Variants: ``plain`` (the independent loop's flush),
   ``cold_l2`` (the grader's flush, persisting-L2 reset included), ``local`` (inputs copied into
   fresh memory first, as the worker does), ``gpu_idle`` (2 ms of host sleep between the flush's sync
-  and the call: a GPU that idled, as between the grader's calls).
-- ``worker``: the candidate worker's layers in the worker's order (launch hooks, audit hook and
-  import gate, OS limits), then the kernel imported. Variants: ``armed`` (as graded), ``disarmed``
-  (audit hook short-circuited). The audit events one call raises are counted by name.
-- ``ipc``: as ``worker``, with every draw made by another process and received over CUDA IPC (as
-  the grader sends them), then copied locally.
+  and the call: GPU and host idle), ``cpu_idle`` (2 ms of sleep before the flush: only the host idled).
+- ``hooks``, ``guard``, ``sandbox``: the candidate worker's layers added one process at a time in the
+  worker's order (launch hooks; audit hook and import gate; OS limits), then the kernel imported.
+  Variants: ``plain`` (as ``bare``, audit hook short-circuited), ``worker`` (local inputs, the
+  grader's flush, audit hook armed: the worker's call), ``disarmed`` (the same, audit hook
+  short-circuited). The audit events one call raises are counted by name.
 
 Then the independent loop (``independent_loop.py``), one grading (``grade``), one grading under
 cProfile (the grader's side: where a grading's seconds go) and the independent loop again.
@@ -27,6 +27,7 @@ import collections
 import cProfile
 import io
 import json
+import os
 import pstats
 import random
 import statistics
@@ -40,21 +41,10 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-PROCESSES = ("bare", "worker", "ipc")
-VARIANTS = {"bare": ("plain", "cold_l2", "local", "gpu_idle"), "worker": ("armed", "disarmed"),
-            "ipc": ("armed",)}
-
-
-def _producer(queue, ack, problem_id: str, count: int, device: str, small: bool) -> None:
-    from metakernelbench.problems import find_problem
-
-    problem = find_problem(problem_id)
-    workload = {**problem.spec.workload, **(problem.spec.small_workload if small else {})}
-    seeds = random.Random(11)
-    for _ in range(count):
-        gen = torch.Generator(device=device).manual_seed(seeds.getrandbits(63))
-        queue.put(problem.make_inputs(torch.device(device), gen, **workload))
-        ack.get()  # the draw stays alive until the consumer is done with it, as the grader's does
+PROCESSES = ("bare", "hooks", "guard", "sandbox")
+VARIANTS = {"bare": ("plain", "cold_l2", "local", "gpu_idle", "cpu_idle"),
+            "hooks": ("plain", "worker"), "guard": ("plain", "worker", "disarmed"),
+            "sandbox": ("plain", "worker", "disarmed")}
 
 
 def child(which: str, problem_id: str, kernel: str, dsl: str, rounds: int, warmup: int, device_name: str,
@@ -78,17 +68,15 @@ def child(which: str, problem_id: str, kernel: str, dsl: str, rounds: int, warmu
 
     sys.addaudithook(count)
     guard = None
-    queue = ack = None
-    if which in ("worker", "ipc"):
+    scratch = os.environ.get("TMPDIR") or tempfile.mkdtemp()
+    layers = PROCESSES[: PROCESSES.index(which) + 1]
+    if "hooks" in layers:
         hooks.INSTALLERS[dsl]()
-        guard = install_guard(kernel, [str(problem.spec.path.parent)], dsl, scratch=tempfile.mkdtemp())
-        if which == "ipc":
-            ctx = torch.multiprocessing.get_context("spawn")
-            queue, ack = ctx.Queue(), ctx.Queue()
-            draws = rounds * len(VARIANTS[which])
-            ctx.Process(target=_producer, args=(queue, ack, problem_id, draws, device_name, small),
-                        daemon=True).start()
-        sandbox.enter(tempfile.mkdtemp(), submission=kernel)
+    if "guard" in layers:
+        guard = install_guard(kernel, [str(problem.spec.path.parent)], dsl, scratch=scratch)
+    if "sandbox" in layers:
+        sandbox.enter(scratch, submission=kernel)
+    if guard is not None:
         guard.armed = True
     import importlib.util
 
@@ -101,14 +89,14 @@ def child(which: str, problem_id: str, kernel: str, dsl: str, rounds: int, warmu
     launches = {v: [] for v in variants}
     for r in range(rounds):
         for v in random.Random(r).sample(variants, len(variants)):
-            if queue is not None:
-                inputs = queue.get(timeout=60)
-            else:
-                gen = torch.Generator(device=device).manual_seed(seeds.getrandbits(63))
-                inputs = problem.make_inputs(device, gen, **workload)
-            if which != "bare" or v == "local":
+            gen = torch.Generator(device=device).manual_seed(seeds.getrandbits(63))
+            inputs = problem.make_inputs(device, gen, **workload)
+            like_worker = v in ("worker", "disarmed")
+            if like_worker or v == "local":
                 inputs, _ = _localize(inputs)
-            if v == "cold_l2" or which != "bare":
+            if v == "cpu_idle":
+                time.sleep(0.002)  # the host idles, then the flush keeps the GPU busy up to the call
+            if like_worker or v == "cold_l2":
                 tools.cold_l2()
             else:
                 flush.bitwise_not_()
@@ -116,8 +104,8 @@ def child(which: str, problem_id: str, kernel: str, dsl: str, rounds: int, warmu
             if v == "gpu_idle":
                 time.sleep(0.002)
             if guard is not None:
-                guard.armed = v != "disarmed"
-            counting["on"] = r == rounds - 1 and v in ("armed", "plain")
+                guard.armed = v == "worker"
+            counting["on"] = r == rounds - 1 and v in ("worker", "plain")
             t0 = time.perf_counter_ns()
             with torch.no_grad():
                 module.solve(*inputs)
@@ -131,8 +119,6 @@ def child(which: str, problem_id: str, kernel: str, dsl: str, rounds: int, warmu
                 totals[v].append((t1 - t0) / 1e3)
                 launches[v].append((t_ret - t0) / 1e3)
             del inputs
-            if ack is not None:
-                ack.put(1)
     return {"process": which, "variants": {v: {"median_us": statistics.median(totals[v]),
                                                "min_us": min(totals[v]),
                                                "host_launch_median_us": statistics.median(launches[v])}
@@ -180,12 +166,15 @@ def main() -> int:
     problem = find_problem(args.problem)
     rows: dict = {"kernel": args.kernel, "processes": []}
     for which in PROCESSES:
+        scratch = tempfile.mkdtemp(prefix="mkb-gap-")
+        env = {**os.environ, "TMPDIR": scratch, "HOME": scratch, "CUTE_DSL_CACHE_DIR": scratch + "/cute",
+               "CUDA_CACHE_PATH": scratch + "/nv", "XDG_CACHE_HOME": scratch + "/cache"}
         try:
             done = subprocess.run([sys.executable, __file__, "--problem", args.problem, "--kernel", kernel,
                                    "--dsl", args.dsl, "--process", which, "--rounds", str(args.rounds),
                                    "--warmup", str(args.warmup), "--device", args.device,
                                    *(["--small"] if args.small else [])], capture_output=True, text=True,
-                                  timeout=240)
+                                  timeout=240, env=env)
             row = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else \
                 {"process": which, "error": done.stderr[-1500:]}
         except subprocess.TimeoutExpired:
