@@ -80,6 +80,9 @@ def summarize(task: str, path: str, ind: dict, results: list[dict], grading_s: l
              "eager_ms": [r.get("eager_ms") for r in results], "speedup": speed, "grading_s": grading_s,
              "stages_s": [r.get("stages_s") for r in results],
              "signal_overhead_us": [(r.get("details") or {}).get("signal_overhead_us_median") for r in results],
+             "host_launch_us": [(r.get("details") or {}).get("host_launch_us_median") for r in results],
+             "candidate_start_s": [{k: v for k, v in (r.get("details") or {}).items()
+                                    if k.startswith("candidate_start_")} for r in results[:1]],
              "eager_baseline": [(r.get("details") or {}).get("eager_baseline") for r in results],
              "sandbox": results[0].get("sandbox") if results else None}
     ok_k = [k for k in kernel if isinstance(k, (int, float))]

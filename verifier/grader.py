@@ -50,7 +50,7 @@ from .result import SPEEDUP_CAP, GradeResult, Mismatch, Status, Timing, failure
 from .rules import scan_source
 from .tensors import StructureError, promote_floats, snapshot_graded
 from .wire import CallResult, Failure, Outputs, Ready, TooLarge, WireError, receive
-from .worker import CallRequest, FetchRequest, StopRequest, WorkerSetup
+from .worker import CallRequest, FetchRequest, WorkerSetup
 from .worker import main as worker_main
 
 MAX_KERNEL_BYTES = 512 * 1024
@@ -155,7 +155,9 @@ class WorkerHandle:
 
     def __init__(self, setup: WorkerSetup, env: dict[str, str], max_bytes: int, bell_dir: str | None = None,
                  share_cpu: bool = True):
+        setup.spin_wait = not share_cpu  # a worker with cores to spare stays hot between calls
         ctx = tmp.get_context("spawn")
+        setup.spawned_at = time.time()
         self.bell = Doorbell.create(bell_dir)
         setup.doorbell = self.bell.path
         self.parent, child = ctx.Pipe(duplex=True)
@@ -164,6 +166,7 @@ class WorkerHandle:
             self.process.start()
         child.close()
         self.max_bytes = max_bytes
+        self.pin = setup.device.startswith("cuda")  # outputs land in page-locked memory: fast to the GPU
         self.seq = 0
         self.nonce = setup.nonce
         self.share_cpu = share_cpu  # no core of its own for the grader's spin (Doorbell.wait_for)
@@ -180,7 +183,7 @@ class WorkerHandle:
                               f"the kernel process died (exit code {self.process.exitcode})")
             raise Verdict(Status.TIMEOUT, f"no reply within {timeout:.0f} s")
         try:
-            message, tensors = receive(self.parent, self.max_bytes)
+            message, tensors = receive(self.parent, self.max_bytes, pin=self.pin)
         except EOFError:
             self.process.join(5)
             raise Verdict(Status.RUNTIME_ERROR,
@@ -221,12 +224,8 @@ class WorkerHandle:
         return message, tensors, span
 
     def close(self) -> None:
-        try:
-            if self.process.is_alive():
-                self.parent.send(StopRequest())
-                self.process.join(2)
-        except (OSError, BrokenPipeError):
-            pass
+        """End the worker and everything in its process group at once (nothing it holds is needed
+        any more; a polite stop would only wait for torch's teardown)."""
         if self.process.is_alive() and self.process.pid:
             try:
                 os.killpg(self.process.pid, signal.SIGKILL)
@@ -614,6 +613,7 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
         fields.update(device=ready.device, sandbox=ready.sandbox)
         stages.mark("start")
         details["candidate_import_s"] = f"{ready.import_s:.3f}"
+        details.update({f"candidate_start_{k}_s": f"{v:.3f}" for k, v in ready.startup_s.items()})
         ev.correctness(stages)
         stages.mark("correctness")
         seeds = [ev.seed() for _ in range(config.warmup + config.timed)]

@@ -1,9 +1,9 @@
 """The result channel from the candidate process to the trusted grader.
 
 Nothing the candidate process sends is ever unpickled: each message is a JSON header frame
-(validated by a pydantic model) followed by one raw frame per tensor it declares, which the trusted
-side turns back into tensors with ``torch.frombuffer``; each raw frame is read with its declared size
-as the limit, so a frame larger than declared is refused before it is read. The trusted side accepts
+(validated by a pydantic model) followed by each tensor it declares as an 8-byte length and the raw
+bytes, which the trusted side reads straight into a tensor of the declared size; a length that
+differs from the declared size is refused before any byte of it is read. The trusted side accepts
 exactly one message per request and checks the echoed nonce (see ``grader``). ``encode``/``decode``
 give the same message as one buffer (tests, tools).
 
@@ -14,6 +14,9 @@ tensors travel as CUDA IPC handles / shared memory instead of copies.
 from __future__ import annotations
 
 import json
+import os
+import select
+import socket
 import struct
 from typing import Annotated, Literal
 
@@ -51,6 +54,7 @@ class Ready(BaseModel):
     torch_version: str
     dsl_version: str
     import_s: float
+    startup_s: dict[str, float] = {}  # where the worker's start went (interpreter and torch, device, dsl, ...)
     sandbox: str = ""
 
 
@@ -110,19 +114,57 @@ def encode(header: BaseModel, tensors: list[torch.Tensor] = ()) -> bytes:
 
 
 def _raw(t: torch.Tensor) -> memoryview | bytes:
-    flat = t.detach().contiguous().cpu().reshape(-1)
-    return memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else b""
+    """The tensor's bytes in host memory (page-locked staging for a GPU tensor: a fast copy out)."""
+    flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
+    if not flat.numel():
+        return b""
+    if flat.is_cuda:
+        staged = torch.empty(flat.numel(), dtype=torch.uint8, pin_memory=True)
+        staged.copy_(flat)
+        flat = staged
+    else:
+        flat = flat.cpu()
+    return memoryview(flat.numpy())
+
+
+def _socket_of(conn) -> socket.socket:
+    """A socket on the connection's descriptor (a duplicate: closing it leaves ``conn`` open)."""
+    return socket.socket(fileno=os.dup(conn.fileno()))
 
 
 def send(conn, header: BaseModel, tensors: list[torch.Tensor] = ()) -> None:
-    """Write one message: the header frame, then each tensor's bytes as a frame of its own."""
+    """Write one message: the header frame, then each tensor as its 8-byte length and its bytes."""
     conn.send_bytes(header.model_dump_json().encode())
-    for t in tensors:
-        conn.send_bytes(_raw(t))
+    if not tensors:
+        return
+    with _socket_of(conn) as sock:
+        for t in tensors:
+            raw = _raw(t)
+            sock.sendall(struct.pack("<Q", len(raw)))
+            if len(raw):
+                sock.sendall(raw)
 
 
-def receive(conn, max_bytes: int) -> tuple[Message, list[torch.Tensor]]:
-    """Read one message from ``conn``; every size is checked before its bytes are read."""
+def _read_exactly(sock: socket.socket, into: memoryview, timeout_s: float) -> None:
+    """Fill ``into`` from the socket; a sender that stalls for ``timeout_s`` is a malformed message."""
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    done = 0
+    while done < len(into):
+        if not poller.poll(timeout_s * 1000):
+            raise WireError("a declared tensor never arrived")
+        got = sock.recv_into(into[done:], len(into) - done)
+        if got == 0:
+            raise WireError("the channel closed inside a tensor")
+        done += got
+
+
+def receive(conn, max_bytes: int, pin: bool = False, timeout_s: float = 30.0) -> tuple[Message, list[torch.Tensor]]:
+    """Read one message from ``conn``; every size is checked before its bytes are read.
+
+    Each tensor's bytes are read straight into a tensor allocated for them (page-locked when
+    ``pin``: the grader's copy to the GPU is then fast), with no intermediate copies.
+    """
     try:
         head = conn.recv_bytes(HEADER_LIMIT)
     except OSError as exc:
@@ -134,20 +176,22 @@ def receive(conn, max_bytes: int) -> tuple[Message, list[torch.Tensor]]:
     metas = (getattr(message, "outputs", None) or []) + (getattr(message, "snapshots", None) or [])
     tensors, total = [], 0
     for meta in metas:
-        dtype = _checked_dtype(meta)
         total += meta.nbytes
         if total > max_bytes:
             raise TooLarge("the tensors are larger than any valid answer")
-        if not conn.poll(30.0):
-            raise WireError("a declared tensor never arrived")
-        try:
-            raw = conn.recv_bytes(max(meta.nbytes, 1))
-        except OSError as exc:
-            raise WireError("a tensor frame is larger than its declared size") from exc
-        if len(raw) != meta.nbytes:
-            raise WireError("a tensor frame does not match its declared size")
-        flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
-        tensors.append(flat.view(dtype).reshape(meta.shape))
+    if not metas:
+        return message, tensors
+    with _socket_of(conn) as sock:
+        for meta in metas:
+            dtype = _checked_dtype(meta)
+            length = bytearray(8)
+            _read_exactly(sock, memoryview(length), timeout_s)
+            if struct.unpack("<Q", length)[0] != meta.nbytes:
+                raise WireError("a tensor frame does not match its declared size")
+            flat = torch.empty(meta.nbytes, dtype=torch.uint8, pin_memory=pin)
+            if meta.nbytes:
+                _read_exactly(sock, memoryview(flat.numpy()), timeout_s)
+            tensors.append(flat.view(dtype).reshape(meta.shape))
     return message, tensors
 
 

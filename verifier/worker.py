@@ -44,6 +44,8 @@ class WorkerSetup:
     doorbell: str = ""  # path of the shared page (``doorbell``)
     scratch: str = ""  # the only folder this worker may write in
     require_sandbox: bool = False  # an unavailable OS limit is an infrastructure fault, not a note
+    spin_wait: bool = False  # poll for requests instead of sleeping: the core stays hot, as in a plain loop
+    spawned_at: float = 0.0  # the grader's wall clock when it started this process (startup breakdown)
 
 
 @dataclass
@@ -249,6 +251,7 @@ class Worker:
                 self.guard.armed = True
             else:
                 version = hooks.INSTALLERS[setup.dsl]() if setup.dsl in hooks.INSTALLERS else "none"
+                STARTUP["dsl"] = time.perf_counter() - start
                 self.guard = install_guard(setup.path, setup.protected_paths, setup.dsl,
                                            scratch=setup.scratch or None)
                 hooks.REGISTRY.refusals = self.guard.violations  # hook refusals count as violations
@@ -258,7 +261,9 @@ class Worker:
                 self.box = sandbox.enter(setup.scratch or os.getcwd(), require=setup.require_sandbox,
                                          submission=setup.path)
                 self.guard.armed = True
+                limits_at = time.perf_counter()
                 module = _load_module(setup.path, "kernel")
+                STARTUP["kernel_import"] = time.perf_counter() - limits_at
                 self.solve = getattr(module, "solve", None)
                 if not callable(self.solve):
                     self.fail(-1, "import", "structure", "kernel.py defines no callable solve(*inputs)")
@@ -279,6 +284,7 @@ class Worker:
             return False
         self.send(Ready(nonce=setup.nonce, device=self.tools.name(), torch_version=torch.__version__,
                         dsl_version=str(version), import_s=time.perf_counter() - start,
+                        startup_s={k: round(v, 3) for k, v in STARTUP.items()},
                         sandbox=self.box.summary() if self.box else ""))
         return True
 
@@ -393,9 +399,15 @@ class Worker:
     def serve(self) -> None:
         if not self.load():
             return
+        conn, spin = self.conn, self.setup.spin_wait
         while True:
             try:
-                req = self.conn.recv()
+                # A core that slept before a call runs the call's host side measurably slower on the
+                # H200 host (a plain loop keeps its core busy drawing and syncing): with a core to
+                # spare, wait for the next request by polling, not sleeping.
+                while spin and not conn.poll(0):
+                    pass
+                req = conn.recv()
             except EOFError:
                 return
             except Exception as exc:  # noqa: BLE001 - e.g. shared inputs that cannot be opened here
@@ -410,12 +422,19 @@ class Worker:
                 return
 
 
+STARTUP: dict[str, float] = {}  # wall-clock marks of this process's start (the Ready message's breakdown)
+
+
 def main(conn, setup: WorkerSetup) -> None:
     """Process entry point (spawned by the grader)."""
+    STARTUP["interpreter_and_torch"] = time.time() - setup.spawned_at if setup.spawned_at else 0.0
     os.setsid()  # own process group: the grader kills the whole group at the end
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
     if setup.device.startswith("cuda"):
         torch.cuda.set_device(torch.device(setup.device))
-    Worker(conn, setup).serve()
+    started = time.time()
+    worker = Worker(conn, setup)
+    STARTUP["device"] = time.time() - started
+    worker.serve()

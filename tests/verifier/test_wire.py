@@ -8,7 +8,9 @@ or an exception of another kind.
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import socket
 import struct
 
 import pytest
@@ -192,17 +194,32 @@ def test_send_receive_round_trip():
     got, tensors = receive(b, 1 << 30)
     assert got == msg
     assert all(torch.equal(x, y) for x, y in zip(tensors, TENSORS, strict=True))
+    assert not b.poll(0)  # nothing left on the channel: the next message starts clean
 
 
-def test_a_frame_larger_than_declared_is_refused_before_it_is_read():
+def test_a_channel_closed_inside_a_tensor_is_malformed():
+    from metakernelbench.verifier.wire import receive
+
+    a, b = _pair()
+    t = torch.zeros(1024)
+    msg = CallResult(nonce="n", seq=1, elapsed_ns=5, launches={}, threads=1, outputs=[tensor_meta(t)])
+    a.send_bytes(msg.model_dump_json().encode())
+    with socket.socket(fileno=os.dup(a.fileno())) as raw:
+        raw.sendall(struct.pack("<Q", 4096) + b"\0" * 100)
+    a.close()
+    with pytest.raises(WireError, match="closed inside a tensor"):
+        receive(b, 1 << 30)
+
+
+def test_a_tensor_larger_than_declared_is_refused_before_it_is_read():
     from metakernelbench.verifier.wire import receive
 
     a, b = _pair()
     t = torch.zeros(4)
     msg = CallResult(nonce="n", seq=1, elapsed_ns=5, launches={}, threads=1, outputs=[tensor_meta(t)])
     a.send_bytes(msg.model_dump_json().encode())
-    a.send_bytes(b"\0" * 10_000)
-    with pytest.raises(WireError):
+    a.send_bytes(struct.pack("<Q", 10_000) + b"\0" * 10_000)
+    with pytest.raises(WireError, match="does not match its declared size"):
         receive(b, 1 << 30)
 
 
@@ -224,6 +241,5 @@ def test_a_missing_tensor_frame_is_malformed(monkeypatch):
     t = torch.zeros(4)
     msg = CallResult(nonce="n", seq=1, elapsed_ns=5, launches={}, threads=1, outputs=[tensor_meta(t)])
     a.send_bytes(msg.model_dump_json().encode())
-    monkeypatch.setattr(b, "poll", lambda timeout=0: False)
-    with pytest.raises(WireError):
-        wire.receive(b, 1 << 30)
+    with pytest.raises(WireError, match="never arrived"):
+        wire.receive(b, 1 << 30, timeout_s=0.2)
