@@ -80,6 +80,11 @@ class GradeConfig:
     exclusive_gpu: bool = True  # False only for verdict-only runs that grade several kernels at once
     pin_cores: bool = True  # the grader's spin on a core of its own, the workers off that core and its sibling
     require_sandbox: bool = False  # an OS limit that cannot be set is INFRA_ERROR instead of a note
+    # After each reply a worker may poll for the next request this long instead of sleeping (only
+    # with a core plan). A slept core runs the next call's host side slower on the H200 host, but
+    # polling workers also compete for cores: off until the H200 records show which way it moves
+    # the grade (benchmarks/h200_timing.py; docs/grading.md).
+    hot_wait_ms: float = 0.0
 
 
 def _median(values: list[float]) -> float:
@@ -154,8 +159,8 @@ class WorkerHandle:
     """One spawned worker process: a strict request/response pipe plus the timing doorbell."""
 
     def __init__(self, setup: WorkerSetup, env: dict[str, str], max_bytes: int, bell_dir: str | None = None,
-                 share_cpu: bool = True):
-        setup.spin_wait = not share_cpu  # a worker with cores to spare stays hot between calls
+                 share_cpu: bool = True, hot_wait_ms: float = 0.0):
+        setup.hot_wait_ns = 0 if share_cpu else int(hot_wait_ms * 1e6)  # polling needs a core to spare
         ctx = tmp.get_context("spawn")
         setup.spawned_at = time.time()
         self.bell = Doorbell.create(bell_dir)
@@ -326,7 +331,7 @@ class Evaluation:
                             nonce=secrets.token_hex(8), protected_paths=self.protected, scratch=self.scratch,
                             require_sandbox=self.config.require_sandbox)
         self.candidate = WorkerHandle(setup, _scrubbed_env(self.scratch), self.config.max_output_bytes, self.scratch,
-                                      self.share_cpu)
+                                      self.share_cpu, self.config.hot_wait_ms)
 
     def await_candidate(self) -> Ready:
         ready, _ = self.candidate.expect(self.config.import_timeout_s, self.candidate.nonce, None)
@@ -343,7 +348,7 @@ class Evaluation:
                             device=str(self.device), num_outputs=len(self.spec.outputs),
                             nonce=secrets.token_hex(8))
         self.reference = WorkerHandle(setup, _scrubbed_env(self.scratch), self.config.max_output_bytes, self.scratch,
-                                      self.share_cpu)
+                                      self.share_cpu, self.config.hot_wait_ms)
 
     def await_reference(self) -> WorkerHandle:
         try:

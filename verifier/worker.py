@@ -29,7 +29,6 @@ from .guard import TAMPERING, GuardViolation, install_guard, thread_count
 from .wire import CallResult, Failure, Outputs, Ready, send, tensor_meta
 
 _perf_ns = time.perf_counter_ns  # bound before any submission code can patch the module
-HOT_WAIT_NS = 5_000_000  # how long a worker polls for the next request before it sleeps
 GO_TIMEOUT_S = 600.0  # the grader rings GO microseconds after READY; this only bounds a dead grader
 
 
@@ -45,7 +44,7 @@ class WorkerSetup:
     doorbell: str = ""  # path of the shared page (``doorbell``)
     scratch: str = ""  # the only folder this worker may write in
     require_sandbox: bool = False  # an unavailable OS limit is an infrastructure fault, not a note
-    spin_wait: bool = False  # poll for requests instead of sleeping: the core stays hot, as in a plain loop
+    hot_wait_ns: int = 0  # after each reply, poll this long for the next request before sleeping
     spawned_at: float = 0.0  # the grader's wall clock when it started this process (startup breakdown)
 
 
@@ -400,16 +399,15 @@ class Worker:
     def serve(self) -> None:
         if not self.load():
             return
-        conn, spin = self.conn, self.setup.spin_wait
+        conn, hot_ns = self.conn, self.setup.hot_wait_ns
         while True:
             try:
-                # A core that slept before a call runs the call's host side measurably slower on the
-                # H200 host (a plain loop keeps its core busy drawing and syncing): with a core to
-                # spare, the worker polls for the next request for a short while after each reply
-                # (the pace of a timing loop), then sleeps (a worker not being timed leaves the
-                # cores to the one that is).
-                hot_until = _perf_ns() + HOT_WAIT_NS if spin else 0
-                while not conn.poll(0) and _perf_ns() < hot_until:
+                # (GradeConfig.hot_wait_ms) a core that slept before a call runs the call's host
+                # side slower on the H200 host; polling for a short while after each reply (the
+                # pace of a timing loop) keeps it awake, and then the worker sleeps, so a worker
+                # that is not being timed leaves the cores to the one that is
+                hot_until = _perf_ns() + hot_ns if hot_ns else 0
+                while hot_ns and not conn.poll(0) and _perf_ns() < hot_until:
                     pass
                 req = conn.recv()
             except EOFError:
