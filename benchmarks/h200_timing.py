@@ -5,7 +5,8 @@
 
 For each oracle kernel under ``oracles/``:
 - the independent loop (``independent_loop.py``, which imports nothing of the grader): kernel and
-  eager medians in one plain process;
+  eager medians in one plain process, before the gradings and again after them (its own spread
+  between two runs, ``independent_after_kernel_ms``);
 - ``--gradings`` gradings through ``mkb grade`` (the CLI, one process per grading, as a user runs it);
 - ``--gradings`` gradings through the judge (a local judge with subprocess isolation, the sandbox's
   own ``submit`` client), one attempt token per oracle.
@@ -138,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             problem = find_problem(pid)
             task = f"{problem.spec.name}_{dsl}"
             ind = independent(problem.spec.path, kernel)
+            ind_after = None
             print(f"[{key}] independent: {json.dumps({k: ind.get(k) for k in ('kernel_ms', 'eager_ms', 'speedup')})}"
                   f" {ind.get('error', '')[-300:]}", flush=True)
             for path in paths:
@@ -157,7 +159,16 @@ def main(argv: list[str] | None = None) -> int:
                         r.setdefault("status", answer.get("status"))
                         results.append(r)
                         walls.append(answer.get("wall_s") or 0.0)
+                if path == paths[-1]:
+                    # the independent loop again, after the gradings: its own spread between two runs
+                    # bounds how closely any grader can be compared with one of them
+                    ind_after = independent(problem.spec.path, kernel)
                 entry = {**summarize(task, path, ind, results, walls), "commit": run["commit"], "date": run["date"]}
+                if ind_after is not None and ind_after.get("kernel_ms"):
+                    entry["independent_after_kernel_ms"] = ind_after["kernel_ms"]
+                    for e in record["entries"]:
+                        if e["task"] == task and e.get("date") == run["date"]:
+                            e["independent_after_kernel_ms"] = ind_after["kernel_ms"]
                 record["entries"] = [e for e in record["entries"] if (e["task"], e["path"]) != (task, path)]
                 record["entries"].append(entry)
                 save()

@@ -304,7 +304,16 @@ class Evaluation:
         self.reference: WorkerHandle | None = None
         self.launch_sites: list[str] = []
         self.share_cpu = True  # set by grade() from its core plan
-        self.gpu = GpuProcesses.for_device(pci_bus_id(device.index)) if device.type == "cuda" else GpuProcesses()
+        self._gpu: GpuProcesses | None = None
+
+    @property
+    def gpu(self) -> GpuProcesses:
+        """The GPU's process list (opened on first use: reading the device's PCI address initialises
+        CUDA here, which should not delay the workers' start)."""
+        if self._gpu is None:
+            self._gpu = GpuProcesses.for_device(pci_bus_id(self.device.index)) if self.device.type == "cuda" \
+                else GpuProcesses()
+        return self._gpu
 
     # ---- draws -------------------------------------------------------------------------------
     def seed(self) -> int:
@@ -566,9 +575,11 @@ class Evaluation:
 
 
 def _device_of(device: str | None) -> torch.device:
+    """The device to grade on, resolved without initialising CUDA in the grader (that can wait until
+    the workers are starting)."""
     chosen = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if chosen.type == "cuda" and chosen.index is None:
-        chosen = torch.device("cuda", torch.cuda.current_device())
+        chosen = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_initialized() else 0)
     return chosen
 
 
