@@ -1,8 +1,8 @@
 """The fixed numbers of every generated task: budgets, resources, images and the grading contract.
 
 One place, because each number appears in several generated files (task.toml, the instructions,
-the Dockerfiles, test.sh) and they must never disagree. The contract numbers restate DESIGN §4;
-the budget and sandbox numbers restate DESIGN §5.
+the Dockerfiles, test.sh) and they must never disagree. The contract numbers restate design.md §4;
+the budget and sandbox numbers restate design.md §5.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ DATASET_DESCRIPTION = (
     "variant; the agent keeps a skill file whose transfer to the other DSL is measured."
 )
 
-# The attempt (DESIGN §5): a CPU-only sandbox with no network and a 40-minute budget.
+# The attempt (design.md §5): a CPU-only sandbox with no network and a 40-minute budget.
 AGENT_TIMEOUT_SEC = 2400
 SANDBOX_CPUS = 2
 SANDBOX_MEMORY_MB = 8192
@@ -30,7 +30,7 @@ VERIFIER_TIMEOUT_SEC = 1800
 GRADE_TIMEOUT_MARGIN_SEC = 60
 BUILD_TIMEOUT_SEC = 1800
 
-# The grading contract (DESIGN §4).
+# The grading contract (design.md §4).
 CORRECTNESS_DRAWS = 5
 WARMUP_CALLS = 10
 TIMED_CALLS = 50

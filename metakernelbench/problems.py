@@ -1,4 +1,4 @@
-"""Find, load and validate problem files (DESIGN §3).
+"""Find, load and validate problem files (design.md §3).
 
 A problem file is ``problems/<family>/<NN>_<slug>.py``: plain Python that imports only torch and
 ``metakernelbench.problem_kit``. It is loaded by path (file names start with digits, so they are
@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -42,7 +43,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PROBLEMS_DIR = REPO_ROOT / "problems"
+# The problems tree: the repository's own, or another one named by MKB_PROBLEMS_DIR (a copy with an
+# added problem, as the add-a-problem test builds; tools take an explicit root as well).
+PROBLEMS_DIR = Path(os.environ.get("MKB_PROBLEMS_DIR") or REPO_ROOT / "problems")
 FAMILIES = ("attention", "kv_cache", "linear_attention", "mlp_norm", "moe", "quantization")
 FILE_PATTERN = re.compile(r"^(?P<id>\d{2})_(?P<slug>[a-z0-9_]+)\.py$")
 MATH_KINDS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int")

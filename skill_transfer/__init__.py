@@ -1,1 +1,1 @@
-"""Skill transfer between DSLs and the paired comparison (DESIGN §6)."""
+"""Skill transfer between DSLs and the paired comparison (design.md §6)."""

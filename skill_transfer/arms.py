@@ -1,6 +1,6 @@
 """The four arms of a model as Harbor job configs (``mkb arms``).
 
-Arms (DESIGN §1): solo CuTe, solo TIRx, CuTe→TIRx (a TIRx attempt given the CuTe attempt's
+Arms (design.md §1): solo CuTe, solo TIRx, CuTe→TIRx (a TIRx attempt given the CuTe attempt's
 skill) and TIRx→CuTe. Each solo arm is one Harbor job over the model's tasks in one DSL. Harbor
 appends extra instruction files to *every* task of a job, so each transfer attempt is its own
 one-task job whose ``extra_instruction_paths`` names the skill attachment for that task.

@@ -104,7 +104,7 @@ def compare_cmd(
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
     n_boot: Annotated[int, typer.Option(help="Bootstrap resamples per cell.")] = 2000,
 ) -> None:
-    """Paired comparison of transfer against solo attempts (DESIGN §6)."""
+    """Paired comparison of transfer against solo attempts (design.md §6)."""
     result = compare(read_attempts(attempts), seed=seed, n_boot=n_boot)
     if as_json:
         typer.echo(result.model_dump_json(indent=2))

@@ -1,7 +1,7 @@
 """Harbor job folders -> attempts table (one ``Attempt`` per line of ``attempts.jsonl``).
 
 Besides one row per finished trial, ``collect`` writes one ``skipped`` transfer row for every solo
-attempt that left no usable skill and whose paired transfer was therefore never run (DESIGN §6:
+attempt that left no usable skill and whose paired transfer was therefore never run (design.md §6:
 a missing skill is a skipped treatment, scored r = 1). It needs nothing but the solo trial folder
 to know this, so the attempts table is complete from the job folders alone.
 """

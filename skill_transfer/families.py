@@ -1,9 +1,10 @@
 """Which family a problem belongs to.
 
-The problem file is the source of truth (its folder under ``problems/`` is its family). Results can
-outlive a checkout, or come from a run on problems whose files are not in this tree, so the
-benchmark's fixed id ranges are kept here as a fallback: they are a fact of the 74-problem set
-(the catalogue numbers problems family by family).
+The problem file is the source of truth (its folder under ``problems/`` is its family), also for
+problems added after the published 74. Results can outlive a checkout, or come from a run on
+problems whose files are not in this tree, so the published set's id ranges are kept here as a
+fallback: they are a fact of the 74 catalogued problems (numbered family by family), and say
+nothing about ids added later.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from metakernelbench.problems import FAMILIES, PROBLEMS_DIR, problem_paths
 
-# Inclusive id ranges of the 74 problems, by family (catalog.toml numbering).
+# Inclusive id ranges of the 74 published problems, by family (catalog.toml numbering).
 FAMILY_ID_RANGES: tuple[tuple[int, int, str], ...] = (
     (1, 18, "attention"),
     (19, 26, "kv_cache"),
@@ -45,7 +46,7 @@ def family_from_id(problem_id: int) -> str:
     for lo, hi, family in FAMILY_ID_RANGES:
         if lo <= problem_id <= hi:
             return family
-    raise ValueError(f"problem id {problem_id:02d} is outside the benchmark's 01-74")
+    raise ValueError(f"problem id {problem_id:02d} is outside the published 01-74 and has no problem file here")
 
 
 @cache
@@ -58,6 +59,8 @@ def _families_from_files(root: Path) -> dict[str, str]:
 def family_of(problem: str, root: Path = PROBLEMS_DIR) -> str:
     """Family of ``NN_slug`` (or ``NN``): from its problem file when present, else by id range."""
     by_file = _families_from_files(root)
+    if len(problem) == 2:  # an id alone: the file with that id, if there is one
+        problem = next((stem for stem in by_file if stem[:2] == problem), problem)
     if problem in by_file:
         family = by_file[problem]
     else:

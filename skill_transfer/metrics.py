@@ -1,4 +1,4 @@
-"""The paired metrics of DESIGN §6, as small pure functions.
+"""The paired metrics of design.md §6, as small pure functions.
 
 Per (model, problem, direction) the transfer attempt is compared with the solo attempt on the same
 target task:

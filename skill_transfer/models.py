@@ -22,7 +22,7 @@ Standing = Literal["above", "same", "below"]
 STANDINGS: tuple[str, str, str] = ("above", "same", "below")
 Outcome = Literal["both_pass", "rescue", "break", "joint_fail", "skipped"]
 
-# Grader statuses (DESIGN §4), plus two that only this package writes: ``FAILED`` when only
+# Grader statuses (design.md §4), plus two that only this package writes: ``FAILED`` when only
 # Harbor's flat reward.json is available (it says "failed" but not why) and ``skipped`` for a
 # treatment that was never run because the source attempt left no skill.
 GRADER_STATUSES = (
@@ -113,7 +113,7 @@ class Attempt(BaseModel):
 
     @property
     def excluded(self) -> bool:
-        """Infrastructure faults are never scored (DESIGN §4)."""
+        """Infrastructure faults are never scored (design.md §4)."""
         return self.status == STATUS_INFRA
 
     @property

@@ -3,7 +3,7 @@
 The source attempt's ``/app/SKILL.md`` is collected by Harbor as an artifact at
 ``<trial>/artifacts/app/SKILL.md``. It is transferred verbatim, between marker lines, under a
 neutral header: the header says where the text came from and nothing about how that attempt fared
-(DESIGN §6: the skill goes over whether or not the source passed; code and trajectory stay behind).
+(design.md §6: the skill goes over whether or not the source passed; code and trajectory stay behind).
 """
 
 from __future__ import annotations

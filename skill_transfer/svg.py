@@ -2,7 +2,7 @@
 
 The report must open from disk with no server and no script, so the charts are plain inline SVG
 strings: a lift forest plot, a family heat map, standing bars and a per-problem strip. Ratios are
-drawn on a log axis from 1/4 to 4 (the clip range of DESIGN §6), labelled as lift
+drawn on a log axis from 1/4 to 4 (the clip range of design.md §6), labelled as lift
 (r − 1): a rescue sits at the right edge, a break at the left, no change in the middle.
 """
 

@@ -11,7 +11,7 @@ breaks here loudly rather than silently.
 Outcome rules: ``verifier/grade.json`` (the grader's typed result) wins; without it the flat rewards
 in ``result.json`` are used; with neither, or with a Harbor exception that says the sandbox, the
 model provider or Harbor itself failed, the attempt is ``INFRA_ERROR`` and is excluded from every
-comparison (DESIGN §4: an infrastructure fault is never scored as a result).
+comparison (design.md §4: an infrastructure fault is never scored as a result).
 """
 
 from __future__ import annotations

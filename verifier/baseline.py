@@ -1,5 +1,5 @@
 """The eager reference's time: measured once per (problem, workload, device, software) with many
-samples, then reused, with a short drift check in every grading (DESIGN §4).
+samples, then reused, with a short drift check in every grading (design.md §4).
 
 The eager reference is a fixed function of its inputs' shapes, so its time does not depend on the
 submission. Timing it twice per grading (as before and after the kernel) with 50 samples each costs

@@ -1,4 +1,4 @@
-"""The correctness contract of DESIGN §4, applied to one draw's graded values.
+"""The correctness contract of design.md §4, applied to one draw's graded values.
 
 Floats are judged against the float64 *anchor* (the reference recomputed with float64 inputs):
 the candidate's error may be at most F times the reference's own error, or F times one rounding

@@ -1,6 +1,6 @@
 """The trusted side of one evaluation: draws, reference, anchor, timing loop, rechecks, bypass test.
 
-Order of one grade (DESIGN §4):
+Order of one grade (design.md §4):
 1. static rules on the source (no code of it runs before this passes);
 2. the candidate process imports the file; 5 correctness draws, each compared against the
    reference and the float64 anchor computed here, plus an input-mutation check;

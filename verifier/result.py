@@ -1,4 +1,4 @@
-"""The grader's typed verdict and Harbor's flat reward file (DESIGN §4, "Statuses" and "Output").
+"""The grader's typed verdict and Harbor's flat reward file (design.md §4, "Statuses" and "Output").
 
 ``GradeResult`` is what every consumer reads (the agent's report, Harbor's reward, the skill-transfer
 tables); its validator makes inconsistent verdicts impossible to construct (a PASSED result without

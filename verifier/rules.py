@@ -1,4 +1,4 @@
-"""Static rules: an AST scan of the submitted kernel file before anything of it runs (DESIGN §4).
+"""Static rules: an AST scan of the submitted kernel file before anything of it runs (design.md §4).
 
 The scan rejects the routes the contract forbids that are visible in source: other kernel
 languages and compilers, DSL escape hatches to raw CUDA or foreign code, kernel libraries, CUDA

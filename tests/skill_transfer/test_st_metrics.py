@@ -1,4 +1,4 @@
-"""The DESIGN §6 metrics, one rule per test, with numbers small enough to check on paper."""
+"""The design.md §6 metrics, one rule per test, with numbers small enough to check on paper."""
 
 import math
 

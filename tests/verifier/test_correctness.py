@@ -1,4 +1,4 @@
-"""The anchored correctness contract (``verifier.correctness``, DESIGN §4) on hand-built tensors.
+"""The anchored correctness contract (``verifier.correctness``, design.md §4) on hand-built tensors.
 
 Each case builds the float64 anchor, the reference (the anchor plus a chosen reference error) and a
 candidate by hand, so the expected verdict follows from the rule itself: the candidate's error may

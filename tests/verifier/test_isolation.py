@@ -1,4 +1,4 @@
-"""Isolation of the candidate process (DESIGN §4): no secrets inside it, and nothing it does ends the grader.
+"""Isolation of the candidate process (design.md §4): no secrets inside it, and nothing it does ends the grader.
 
 Each test grades a small submission on CPU at problem 28's small workload. The secret search runs
 the full pipeline; the crash, hang, huge-output and OOM submissions end at their first call, and

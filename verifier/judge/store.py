@@ -5,7 +5,7 @@ nothing: an attempt's budget is the count of its charged (or still pending) feed
 submission's kernel bytes are kept until it is graded, and an evaluation that was running when the
 judge stopped is queued again when it comes back (``recover``).
 
-Charging rule (DESIGN §4/§5): a feedback submission is charged once it *enters* evaluation. A
+Charging rule (design.md §4/§5): a feedback submission is charged once it *enters* evaluation. A
 submission refused before that (missing, unparsable or oversized file, no budget, time is up) is
 recorded as ``rejected`` and never charged; an evaluation that ends in INFRA_ERROR is uncharged.
 

@@ -1,7 +1,7 @@
 """Isolation probe: searches its own process for the grader's secrets and fails the grade if any is there.
 
 The candidate process must never hold the reference, the input generator, the seeds of future
-calls or the choice of rechecked calls (DESIGN §4, "Isolation"). This submission reaches the
+calls or the choice of rechecked calls (design.md §4, "Isolation"). This submission reaches the
 interpreter's module table without a forbidden name (an eval inside typing.get_type_hints), walks
 every object reachable from the grader's and the standard library's modules and the process object
 (no gc, which the audit hook refuses), and looks for: the problem module or its reference /
