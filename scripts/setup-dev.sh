@@ -18,15 +18,23 @@ pick_python() {
   echo "MetaKernelBench needs Python >= 3.12 (set PYTHON=/path/to/python3.12)" >&2
   exit 1
 }
+started=$SECONDS
+step() { echo "[setup $((SECONDS - started)) s] $*"; }
 if [ ! -x .venv/bin/python ]; then
+  step "creating .venv"
   "$(pick_python)" -m venv .venv
 fi
+step "upgrading pip"
 .venv/bin/python -m pip install -q --upgrade pip
+step "installing metakernelbench with both DSLs and the dev tools (torch with its CUDA libraries: a few minutes on a fresh machine)"
 .venv/bin/python -m pip install -q -e ".[cutedsl,tirx,dev]"
 # terminal-bench, in a venv of its own (its dependency pins are not Harbor's): the test of the
 # Terminal-Bench layout (`mkb build --format terminal-bench`) validates tasks with its own task model.
 if [ ! -x .venv-tb/bin/python ]; then
+  step "creating .venv-tb"
   "$(pick_python)" -m venv .venv-tb
 fi
+step "installing terminal-bench into .venv-tb"
 .venv-tb/bin/python -m pip install -q terminal-bench==0.2.18
+step "checking the install"
 .venv/bin/python -c 'import metakernelbench, torch, cutlass, tvm, harbor; print("setup ok: torch", torch.__version__, "tvm", tvm.__version__)'
