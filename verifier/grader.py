@@ -422,6 +422,19 @@ class Evaluation:
                 raise Verdict(Status.REWARD_HACK, f"input {name!r} was modified (only {self.spec.inplace or 'no'}"
                                                   " inputs may be updated in place)")
 
+    def judge_draw(self, seed: int, inputs: tuple, returned: list[torch.Tensor], draw: int,
+                   expected: tuple[dict, dict] | None = None) -> Mismatch | None:
+        """The first contract violation of one call's results on the draw ``seed`` (None: correct)."""
+        ref, anchor = expected or self.expected(seed)
+        return check_draw(self.spec, draw, self.graded_from(inputs, returned), ref, anchor)
+
+    @staticmethod
+    def require_correct(mismatch: Mismatch | None, where: str) -> None:
+        """An incorrect call ends the grade as INCORRECT, naming the call and the failed check."""
+        if mismatch:
+            raise Verdict(Status.INCORRECT, f"{where}: output {mismatch.output!r} failed the {mismatch.check} "
+                                            f"check: {mismatch.detail}", mismatch=mismatch)
+
     def correctness(self, stages: Stages | None = None) -> None:
         for draw in range(self.config.correctness_draws):
             seed = self.seed()
@@ -429,11 +442,7 @@ class Evaluation:
             _, returned, _ = self.call(self.candidate, inputs, send_outputs=True)
             if draw == 0 and stages is not None:
                 stages.mark("compile")  # the first call: where the DSLs compile
-            ref, anchor = self.expected(seed)
-            mismatch = check_draw(self.spec, draw, self.graded_from(inputs, returned), ref, anchor)
-            if mismatch:
-                raise Verdict(Status.INCORRECT, f"draw {draw}: output {mismatch.output!r} failed the "
-                                                f"{mismatch.check} check: {mismatch.detail}", mismatch=mismatch)
+            self.require_correct(self.judge_draw(seed, inputs, returned, draw), f"draw {draw}")
             self.check_inputs_untouched(seed, inputs)
 
     def timing_loop(self, handle: WorkerHandle, seeds: list[int], warmup: int,
@@ -490,12 +499,8 @@ class Evaluation:
             raise Verdict(Status.REWARD_HACK, "the kept outputs of timed calls went missing")
         for k, i in enumerate(calls):
             returned = tensors[k * per_call:(k + 1) * per_call]
-            ref, anchor = self.expected(seeds[i])
-            mismatch = check_draw(self.spec, i, self.graded_from(keep[i][1], returned), ref, anchor)
-            if mismatch:
-                raise Verdict(Status.INCORRECT, f"timed call {i - self.config.warmup} (rechecked after "
-                                                f"timing) failed: output {mismatch.output!r}, "
-                                                f"{mismatch.check}: {mismatch.detail}", mismatch=mismatch)
+            self.require_correct(self.judge_draw(seeds[i], keep[i][1], returned, i),
+                                 f"timed call {i - self.config.warmup} (rechecked after timing)")
         return [i - self.config.warmup for i in calls]
 
     def audit(self) -> dict[str, str]:
@@ -514,10 +519,7 @@ class Evaluation:
                         | {-ref[n].numel() * ref[n].element_size() for n in self.spec.graded_names})
         result, returned, snapshots = self.call(self.candidate, inputs, send_outputs=True, audit_numels=numels,
                                                 check_threads=True)
-        mismatch = check_draw(self.spec, -1, self.graded_from(inputs, returned), ref, anchor)
-        if mismatch:
-            raise Verdict(Status.INCORRECT, f"audit draw: output {mismatch.output!r} failed the {mismatch.check}"
-                                            f" check: {mismatch.detail}", mismatch=mismatch)
+        self.require_correct(self.judge_draw(seed, inputs, returned, -1, (ref, anchor)), "audit draw")
         found: dict[str, str] = {}
         for site, snap in zip(result.snapshot_sites, snapshots, strict=True):
             for name in self.spec.graded_names:
@@ -548,9 +550,9 @@ class Evaluation:
             inputs = self.draw(seed)
             try:
                 _, returned, _ = self.call(self.candidate, inputs, send_outputs=True, suppress=site, check_threads=True)
-                ref, anchor = self.expected(seed)
+                expected = self.expected(seed)  # the trusted side's own faults are not caught below
                 try:
-                    mismatch = check_draw(self.spec, 0, self.graded_from(inputs, returned), ref, anchor)
+                    mismatch = self.judge_draw(seed, inputs, returned, 0, expected)
                 except (StructureError, ValueError) as exc:
                     mismatch = Mismatch(output="?", draw=0, check="structure", detail=str(exc))
             except Verdict as exc:
