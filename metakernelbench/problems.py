@@ -241,13 +241,36 @@ def problem_paths(root: Path = PROBLEMS_DIR) -> list[Path]:
     return sorted(paths, key=lambda p: p.name)
 
 
-def find_problem(key: str, root: Path = PROBLEMS_DIR) -> Problem:
-    """Load a problem by id (``28``), stem (``28_fused_...``), task name or file path."""
+def find_problem_path(key: str, root: Path = PROBLEMS_DIR) -> Path:
+    """The file of a problem given by id (``28``), stem (``28_fused_...``), task name or file path
+    (without loading it: no torch)."""
     candidate = Path(key)
     if candidate.suffix == ".py" and candidate.exists():
-        return load_problem(candidate)
+        return candidate
     stem = re.sub(r"_(cutedsl|tirx)$", "", candidate.name)
     for path in problem_paths(root):
         if path.stem == stem or path.stem.split("_", 1)[0] == stem:
-            return load_problem(path)
+            return path
     raise ProblemError(f"no problem matches {key!r} under {root}")
+
+
+def declared_output_count(path: Path) -> int | None:
+    """How many outputs a problem file declares, read from its ``OUTPUTS`` literal without running it
+    (None when it is not a literal)."""
+    import ast
+
+    try:
+        tree = ast.parse(Path(path).read_text())
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "OUTPUTS"
+                                                    for t in node.targets):
+                value = ast.literal_eval(node.value)
+                return len(value) if isinstance(value, tuple) else None
+    except (OSError, SyntaxError, ValueError):
+        return None
+    return None
+
+
+def find_problem(key: str, root: Path = PROBLEMS_DIR) -> Problem:
+    """Load a problem by id (``28``), stem (``28_fused_...``), task name or file path."""
+    return load_problem(find_problem_path(key, root))

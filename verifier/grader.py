@@ -22,21 +22,15 @@ folder, removed afterwards; no other process may hold the GPU while timing (``gp
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
-import signal
-import sys
-import tempfile
 import time
-import types
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from random import SystemRandom
 from typing import Any
 
 import torch
-import torch.multiprocessing as tmp
+import torch.multiprocessing  # noqa: F401 - registers the CUDA IPC pickling the requests' tensors travel by
 
 from metakernelbench.problem_kit import anchor_mode
 from metakernelbench.problems import Problem
@@ -44,47 +38,25 @@ from metakernelbench.problems import Problem
 from . import baseline as baseline_mod
 from . import floor as floor_mod
 from .correctness import check_draw, check_output
-from .doorbell import DONE, READY, Doorbell
 from .gpu_procs import GpuProcesses, pci_bus_id
+from .launch import (  # noqa: F401 - _cpu_list and core_plan stay importable from here
+    GradeConfig,
+    Started,
+    Verdict,
+    WorkerHandle,
+    _cpu_list,
+    _cpu_list_text,
+    _scrubbed_env,
+    candidate_setup,
+    close_quietly,
+    core_plan,
+    start_workers,
+)
+from .protocol import CallRequest, FetchRequest
 from .result import SPEEDUP_CAP, GradeResult, Mismatch, Status, Timing, failure
-from .rules import scan_source
+from .rules import MAX_KERNEL_BYTES, scan_source
 from .tensors import StructureError, promote_floats, snapshot_graded
-from .wire import CallResult, Failure, Outputs, Ready, TooLarge, WireError, receive
-from .worker import CallRequest, FetchRequest, WorkerSetup
-from .worker import main as worker_main
-
-MAX_KERNEL_BYTES = 512 * 1024
-SCRUBBED_PREFIXES = ("TVM_", "CUTE_DSL_", "CUTLASS_", "PYTORCH_", "TORCH_", "CUDA_LAUNCH_BLOCKING",
-                     "LD_PRELOAD", "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONBREAKPOINT", "NVIDIA_TF32",
-                     "MKB_", "CUDA_CACHE_")
-
-
-@dataclass(frozen=True)
-class GradeConfig:
-    correctness_draws: int = 5
-    warmup: int = 10
-    timed: int = 50
-    rechecks: int = 3
-    import_timeout_s: float = 900.0
-    call_timeout_s: float = 120.0
-    first_call_timeout_s: float = 900.0
-    eager_drift_flag: float = 0.10
-    eager_baseline_warmup: int = 10
-    eager_baseline_timed: int = 100
-    eager_check_warmup: int = 3
-    eager_check_timed: int = 20
-    eager_cache: bool = True  # reuse a baseline measured earlier (baseline.default_cache_dir())
-    max_bypass_sites: int = 16
-    max_output_bytes: int = 8 << 30
-    foreign_gpu_wait_s: float = 10.0
-    exclusive_gpu: bool = True  # False only for verdict-only runs that grade several kernels at once
-    pin_cores: bool = True  # the grader's spin on a core of its own, the workers off that core and its sibling
-    require_sandbox: bool = False  # an OS limit that cannot be set is INFRA_ERROR instead of a note
-    # After each reply a worker may poll for the next request this long instead of sleeping (only
-    # with a core plan). A slept core runs the next call's host side slower on the H200 host, but
-    # polling workers also compete for cores: off until the H200 records show which way it moves
-    # the grade (benchmarks/h200_timing.py; docs/grading.md).
-    hot_wait_ms: float = 0.0
+from .wire import CallResult, Outputs, Ready
 
 
 def _median(values: list[float]) -> float:
@@ -108,175 +80,6 @@ class LoopTimes:
         return (_median(gaps), gaps[0], gaps[-1]) if gaps else (0.0, 0.0, 0.0)
 
 
-class Verdict(Exception):
-    """Ends an evaluation early with a status (raised inside ``grade``)."""
-
-    def __init__(self, status: Status, message: str, **fields: Any):
-        super().__init__(message)
-        self.status, self.message, self.fields = status, message, fields
-
-
-FAILURE_STATUS = {
-    "compile": Status.COMPILE_ERROR, "runtime": Status.RUNTIME_ERROR, "oom": Status.RUNTIME_ERROR,
-    "structure": Status.INCORRECT, "violation": Status.RULE_VIOLATION, "hack": Status.REWARD_HACK,
-    "infra": Status.INFRA_ERROR,
-}
-
-
-def _scrubbed_env(scratch: str) -> dict[str, str]:
-    """The worker's environment: every cache and temporary folder inside the scratch folder."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(SCRUBBED_PREFIXES)}
-    env.update(CUTE_DSL_CACHE_DIR=os.path.join(scratch, "cute"), CUDA_CACHE_PATH=os.path.join(scratch, "nv"),
-               TMPDIR=scratch, HOME=scratch, XDG_CACHE_HOME=os.path.join(scratch, "cache"),
-               PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
-    return env
-
-
-@contextmanager
-def _environment(env: dict[str, str]):
-    """The scrubbed environment, and no ``__main__`` for the child to re-import.
-
-    The spawn start method re-runs the parent's main module in the child (as ``__mp_main__``):
-    for ``mkb grade`` or a test runner that loads the whole grader and the problem loader into
-    the candidate's process. The worker's entry point is importable by name, so during the start
-    ``__main__`` is a bare module.
-    """
-    saved = dict(os.environ)
-    main = sys.modules.get("__main__")
-    os.environ.clear()
-    os.environ.update(env)
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-        if main is not None:
-            sys.modules["__main__"] = main
-
-
-class WorkerHandle:
-    """One spawned worker process: a strict request/response pipe plus the timing doorbell."""
-
-    def __init__(self, setup: WorkerSetup, env: dict[str, str], max_bytes: int, bell_dir: str | None = None,
-                 share_cpu: bool = True, hot_wait_ms: float = 0.0):
-        setup.hot_wait_ns = 0 if share_cpu else int(hot_wait_ms * 1e6)  # polling needs a core to spare
-        ctx = tmp.get_context("spawn")
-        setup.spawned_at = time.time()
-        self.bell = Doorbell.create(bell_dir)
-        setup.doorbell = self.bell.path
-        self.parent, child = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=worker_main, args=(child, setup), daemon=True)
-        with _environment(env):
-            self.process.start()
-        child.close()
-        self.max_bytes = max_bytes
-        self.pin = setup.device.startswith("cuda")  # outputs land in page-locked memory: fast to the GPU
-        self.seq = 0
-        self.nonce = setup.nonce
-        self.share_cpu = share_cpu  # no core of its own for the grader's spin (Doorbell.wait_for)
-
-    def _alive(self) -> bool:
-        """Still working on the call: alive and nothing (a failure report) waiting on the pipe."""
-        return self.process.is_alive() and not self.parent.poll(0)
-
-    def expect(self, timeout: float, nonce: str, seq: int | None):
-        """Read exactly one message: the reply to the request just sent."""
-        if not self.parent.poll(timeout):
-            if not self.process.is_alive():
-                raise Verdict(Status.RUNTIME_ERROR,
-                              f"the kernel process died (exit code {self.process.exitcode})")
-            raise Verdict(Status.TIMEOUT, f"no reply within {timeout:.0f} s")
-        try:
-            message, tensors = receive(self.parent, self.max_bytes, pin=self.pin)
-        except EOFError:
-            self.process.join(5)
-            raise Verdict(Status.RUNTIME_ERROR,
-                          f"the kernel process died (exit code {self.process.exitcode})") from None
-        except TooLarge:
-            raise Verdict(Status.INCORRECT, "the outputs are larger than any valid answer") from None
-        except WireError as exc:
-            raise Verdict(Status.REWARD_HACK, f"malformed message on the result channel: {exc}") from None
-        if message.nonce != nonce or (seq is not None and getattr(message, "seq", seq) != seq):
-            raise Verdict(Status.REWARD_HACK, "a message on the result channel was not the reply to "
-                                              "the grader's request (forged or replayed)")
-        if self.parent.poll(0):
-            raise Verdict(Status.REWARD_HACK, "extra messages on the result channel")
-        if isinstance(message, Failure):
-            status = FAILURE_STATUS[message.category]
-            text = f"{message.error_type}: {message.message}"
-            if message.category == "oom":
-                text = "out of memory: " + text
-            raise Verdict(status, text, details={"traceback": message.traceback})
-        return message, tensors
-
-    def request(self, req, timeout: float):
-        """Send one request; for a call, time it by the doorbell. Returns (reply, tensors, span_ns)."""
-        self.seq += 1
-        req.seq, req.nonce = self.seq, secrets.token_hex(8)
-        deadline = time.perf_counter_ns() + int(timeout * 1e9)
-        self.parent.send(req)
-        span = None
-        if isinstance(req, CallRequest):
-            if self.bell.wait_for(READY, req.seq, deadline, self._alive, share_cpu=self.share_cpu) is not None:
-                start = self.bell.go(req.seq)
-                end = self.bell.wait_for(DONE, req.seq, deadline, self._alive, share_cpu=self.share_cpu)
-                span = None if end is None else end - start
-        left = max(deadline - time.perf_counter_ns(), 0) / 1e9
-        message, tensors = self.expect(left + 60.0 if span is not None else left, req.nonce, req.seq)
-        if isinstance(req, CallRequest) and span is None:
-            raise Verdict(Status.REWARD_HACK, "the call replied without its DONE signal")
-        return message, tensors, span
-
-    def close(self) -> None:
-        """End the worker and everything in its process group at once (nothing it holds is needed
-        any more; a polite stop would only wait for torch's teardown)."""
-        if self.process.is_alive() and self.process.pid:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                self.process.kill()
-            self.process.join(5)
-        self.parent.close()
-        self.bell.close()
-
-
-def _cpu_list(text: str) -> set[int]:
-    """Parse a kernel CPU list such as ``0-3,8``."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        if "-" in part:
-            lo, hi = part.split("-")
-            cpus.update(range(int(lo), int(hi) + 1))
-        elif part:
-            cpus.add(int(part))
-    return cpus
-
-
-def _cpu_list_text(cpus: set[int]) -> str:
-    return ",".join(str(c) for c in sorted(cpus))
-
-
-def core_plan(available: set[int] | None = None) -> tuple[set[int], set[int]] | None:
-    """(the grader's core, the workers' cores), or None with fewer than 4 CPUs to spare.
-
-    The grader spins on its clock while a call runs; on the same physical core as the worker (its
-    hyper-thread sibling) the spin would slow the worker's Python dispatch, so the grader takes one
-    logical CPU and the workers get every CPU that is neither it nor a sibling of it.
-    """
-    cpus = set(available if available is not None else os.sched_getaffinity(0))
-    if len(cpus) < 4:
-        return None
-    spin = max(cpus)
-    try:
-        with open(f"/sys/devices/system/cpu/cpu{spin}/topology/thread_siblings_list") as fh:
-            siblings = _cpu_list(fh.read()) | {spin}
-    except OSError:
-        siblings = {spin}
-    workers = cpus - siblings
-    return ({spin}, workers) if workers else None
-
-
 class Stages:
     """Wall seconds per grading stage, for the result's breakdown."""
 
@@ -294,16 +97,17 @@ class Evaluation:
     """State of one grade: the problem, the device, the seeds and the two worker processes."""
 
     def __init__(self, problem: Problem, kernel_path: Path, dsl: str, device: torch.device,
-                 config: GradeConfig, protected: list[str]):
+                 config: GradeConfig, protected: list[str], scratch: str):
         self.problem, self.spec = problem, problem.spec
         self.kernel_path, self.dsl, self.device, self.config = kernel_path, dsl, device, config
         self.protected = protected
         self.rng = SystemRandom()
-        self.scratch = tempfile.mkdtemp(prefix="mkb-eval-")
+        self.scratch = scratch
         self.candidate: WorkerHandle | None = None
         self.reference: WorkerHandle | None = None
         self.launch_sites: list[str] = []
         self.share_cpu = True  # set by grade() from its core plan
+        self.plan: tuple[set[int], set[int]] | None = None
         self._gpu: GpuProcesses | None = None
 
     @property
@@ -335,12 +139,18 @@ class Evaluation:
 
     # ---- workers -----------------------------------------------------------------------------
     def spawn_candidate(self) -> None:
-        setup = WorkerSetup(mode="candidate", dsl=self.dsl, path=str(self.kernel_path),
-                            device=str(self.device), num_outputs=len(self.spec.outputs),
-                            nonce=secrets.token_hex(8), protected_paths=self.protected, scratch=self.scratch,
-                            require_sandbox=self.config.require_sandbox)
-        self.candidate = WorkerHandle(setup, _scrubbed_env(self.scratch), self.config.max_output_bytes, self.scratch,
-                                      self.share_cpu, self.config.hot_wait_ms)
+        """A new candidate worker (after a timeout or crash in the bypass test)."""
+        setup = candidate_setup(self.kernel_path, self.dsl, str(self.device), len(self.spec.outputs),
+                                self.protected, self.scratch, self.config)
+        if self.plan:
+            os.sched_setaffinity(0, self.plan[1])  # the new worker runs on the workers' CPUs, not the spin's
+        try:
+            self.candidate = WorkerHandle(setup, _scrubbed_env(self.scratch), self.config.max_output_bytes,
+                                          self.scratch, self.share_cpu, self.config.hot_wait_ms)
+        finally:
+            if self.plan:
+                os.sched_setaffinity(0, self.plan[0])
+        self.candidate.release()
 
     def await_candidate(self) -> Ready:
         ready, _ = self.candidate.expect(self.config.import_timeout_s, self.candidate.nonce, None)
@@ -351,13 +161,6 @@ class Evaluation:
     def start_candidate(self) -> Ready:
         self.spawn_candidate()
         return self.await_candidate()
-
-    def spawn_reference(self) -> None:
-        setup = WorkerSetup(mode="reference", dsl="none", path=str(self.spec.path),
-                            device=str(self.device), num_outputs=len(self.spec.outputs),
-                            nonce=secrets.token_hex(8))
-        self.reference = WorkerHandle(setup, _scrubbed_env(self.scratch), self.config.max_output_bytes, self.scratch,
-                                      self.share_cpu, self.config.hot_wait_ms)
 
     def await_reference(self) -> WorkerHandle:
         try:
@@ -586,8 +389,14 @@ def _device_of(device: str | None) -> torch.device:
 
 
 def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | None = None,
-          config: GradeConfig = GradeConfig(), protected_paths: list[str] | None = None) -> GradeResult:
-    """Grade one kernel file; never raises for anything the kernel does."""
+          config: GradeConfig = GradeConfig(), protected_paths: list[str] | None = None,
+          workers: Started | None = None) -> GradeResult:
+    """Grade one kernel file; never raises for anything the kernel does.
+
+    ``workers``: the evaluation's workers, already started by ``launch.start_workers`` for this
+    kernel, problem and device (the judge's runner starts them before importing torch itself);
+    otherwise they are started here once the static rules pass.
+    """
     started = time.perf_counter()
     stages = Stages()
     kernel_path = Path(kernel_path).resolve()
@@ -599,10 +408,13 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
     try:
         source = kernel_path.read_bytes()
     except OSError as exc:
+        close_quietly(workers)
         return failure(Status.COMPILE_ERROR, name, dsl, f"cannot read the kernel file: {exc}")
+    violations = scan_source(source.decode("utf-8", errors="replace"), dsl)
+    if len(source) > MAX_KERNEL_BYTES or violations:
+        close_quietly(workers)  # (a caller starts workers only after these checks pass)
     if len(source) > MAX_KERNEL_BYTES:
         return failure(Status.RULE_VIOLATION, name, dsl, f"kernel file over {MAX_KERNEL_BYTES} bytes")
-    violations = scan_source(source.decode("utf-8", errors="replace"), dsl)
     syntax = [v for v in violations if v.rule == "syntax error"]
     if syntax:  # it does not compile: a compile error, not a broken rule
         return failure(Status.COMPILE_ERROR, name, dsl, f"syntax error on line {syntax[0].line}: {syntax[0].detail}",
@@ -612,20 +424,24 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
                        violations=[str(v) for v in violations],
                        grade_wall_s=time.perf_counter() - started)
     stages.mark("static")
-    protected = [str(problem.spec.path.parent), *(protected_paths or [])]
-    ev = Evaluation(problem, kernel_path, dsl, _device_of(device), config, protected)
+    chosen = _device_of(device)
+    problem_file = problem.spec.path.resolve()
+    if workers is not None and workers.key != (str(kernel_path), dsl, str(problem_file), str(chosen)):
+        close_quietly(workers)  # started for another kernel, problem or device: start afresh
+        workers = None
+    if workers is None:
+        workers = start_workers(kernel_path, dsl, problem_file, len(problem.spec.outputs), str(chosen), config,
+                                protected_paths)
+    protected = [str(problem_file.parent), *(protected_paths or [])]
+    ev = Evaluation(problem, kernel_path, dsl, chosen, config, protected, workers.scratch)
+    ev.candidate, ev.reference = workers.candidate, workers.reference
+    plan, original_cpus = workers.plan, workers.original_cpus
+    ev.plan, ev.share_cpu = plan, plan is None
     details: dict[str, str] = {}
     fields: dict[str, Any] = {"stages_s": stages.seconds, "details": details}
-    original_cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    plan = core_plan() if config.pin_cores and original_cpus else None
-    ev.share_cpu = plan is None
     try:
+        ev.candidate.release()  # the static rules passed: the candidate may import the kernel now
         if plan:
-            os.sched_setaffinity(0, plan[1])  # the workers inherit this set when they are spawned
-        ev.spawn_candidate()
-        ev.spawn_reference()  # both import torch at once, on different cores
-        if plan:
-            os.sched_setaffinity(0, plan[0])
             details["cores"] = f"grader {sorted(plan[0])}, workers {_cpu_list_text(plan[1])}"
         ready = ev.await_candidate()
         fields.update(device=ready.device, sandbox=ready.sandbox)

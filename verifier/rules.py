@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+MAX_KERNEL_BYTES = 512 * 1024  # a kernel file larger than this is refused before it is read further
+
 # module prefix -> why it is forbidden
 FORBIDDEN_MODULES: dict[str, str] = {
     "triton": "Triton is another kernel language",

@@ -17,7 +17,6 @@ import sys
 import time
 import traceback
 import types
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -26,50 +25,11 @@ from . import hooks, sandbox
 from .device import DeviceTools
 from .doorbell import DONE, Doorbell
 from .guard import TAMPERING, GuardViolation, install_guard, thread_count
+from .protocol import CallRequest, FetchRequest, LoadRequest, StopRequest, WorkerSetup  # noqa: F401 - re-exported
 from .wire import CallResult, Failure, Outputs, Ready, send, tensor_meta
 
 _perf_ns = time.perf_counter_ns  # bound before any submission code can patch the module
 GO_TIMEOUT_S = 600.0  # the grader rings GO microseconds after READY; this only bounds a dead grader
-
-
-@dataclass
-class WorkerSetup:
-    mode: str  # "candidate" | "reference"
-    dsl: str  # "cutedsl" | "tirx" | "none"
-    path: str  # kernel file (candidate) or problem file (reference)
-    device: str
-    num_outputs: int
-    nonce: str
-    protected_paths: list[str] = field(default_factory=list)
-    doorbell: str = ""  # path of the shared page (``doorbell``)
-    scratch: str = ""  # the only folder this worker may write in
-    require_sandbox: bool = False  # an unavailable OS limit is an infrastructure fault, not a note
-    hot_wait_ns: int = 0  # after each reply, poll this long for the next request before sleeping
-    spawned_at: float = 0.0  # the grader's wall clock when it started this process (startup breakdown)
-
-
-@dataclass
-class CallRequest:
-    seq: int
-    nonce: str
-    inputs: tuple
-    suppress: str | None = None
-    send_outputs: bool = False
-    keep_outputs: bool = False
-    check_threads: bool = False
-    audit_numels: list[int] | None = None
-
-
-@dataclass
-class FetchRequest:
-    seq: int
-    nonce: str
-    calls: list[int]
-
-
-@dataclass
-class StopRequest:
-    pass
 
 
 class CallFailed(Exception):
@@ -260,6 +220,10 @@ class Worker:
                 # from here on the process is the submission's: OS limits first, then the guard
                 self.box = sandbox.enter(setup.scratch or os.getcwd(), require=setup.require_sandbox,
                                          submission=setup.path)
+                waiting_at = time.perf_counter()
+                if not isinstance(self.conn.recv(), LoadRequest):  # the grader's go-ahead (protocol)
+                    return False
+                STARTUP["waited_for_the_grader"] = time.perf_counter() - waiting_at
                 self.guard.armed = True
                 limits_at = time.perf_counter()
                 module = _load_module(setup.path, "kernel")

@@ -10,7 +10,10 @@ ptrace (that also protects the seeds and expected outputs held in this process).
 
 Stages tell the judge who to blame when no result arrives: before ``grading`` nothing of the
 submission has run, so a failure is the infrastructure's (not charged); after it, a grader that was
-killed, stopped or silenced is a verdict against the submission.
+killed, stopped or silenced is a verdict against the submission. The runner may start the
+evaluation's workers while ``loading`` (before it imports torch: their start is the longest stage),
+but the candidate's worker imports the kernel file only when the grader releases it, after
+``grading`` (``protocol.LoadRequest``).
 """
 
 from __future__ import annotations
@@ -65,6 +68,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _start_workers_early(args: argparse.Namespace):
+    """Start the evaluation's two workers before this process imports torch (they take the longest
+    to start; ``launch.start_workers``), when everything they need is known without torch: the
+    device is given, the kernel passes the static rules, the problem file declares its outputs as a
+    literal. None otherwise (``grade`` then starts them itself)."""
+    from pathlib import Path
+
+    from metakernelbench.problems import PROBLEMS_DIR, ProblemError, declared_output_count, find_problem_path
+    from metakernelbench.verifier.launch import GradeConfig, start_workers
+    from metakernelbench.verifier.rules import MAX_KERNEL_BYTES, scan_source
+
+    if not args.device:
+        return None
+    try:
+        kernel = Path(args.kernel).resolve()
+        source = kernel.read_bytes()
+        problem_file = find_problem_path(args.problem, Path(args.problems_root) if args.problems_root
+                                         else PROBLEMS_DIR).resolve()
+    except (OSError, ProblemError):
+        return None
+    outputs = declared_output_count(problem_file)
+    if outputs is None or len(source) > MAX_KERNEL_BYTES or scan_source(source.decode("utf-8", "replace"), args.dsl):
+        return None
+    return start_workers(kernel, args.dsl, problem_file, outputs, args.device, GradeConfig(**_overrides(args)))
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    return {k: v for k, v in (("correctness_draws", args.draws), ("warmup", args.warmup),
+                              ("timed", args.timed), ("rechecks", args.rechecks)) if v is not None}
+
+
 def main(argv: list[str] | None = None) -> int:
     report = _private_report_stream()
     _undumpable()
@@ -75,6 +109,11 @@ def main(argv: list[str] | None = None) -> int:
         report.flush()
 
     emit({"stage": "loading"})
+    early = None
+    try:
+        early = _start_workers_early(args)
+    except Exception:  # noqa: BLE001 - an early start is an optimisation: grade() starts them otherwise
+        early = None
     try:
         from pathlib import Path
 
@@ -86,15 +125,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.small:
             problem.spec = problem.spec.model_copy(
                 update={"workload": {**problem.spec.workload, **problem.spec.small_workload}})
-        overrides = {k: v for k, v in (("correctness_draws", args.draws), ("warmup", args.warmup),
-                                       ("timed", args.timed), ("rechecks", args.rechecks)) if v is not None}
-        config = GradeConfig(**overrides)
+        config = GradeConfig(**_overrides(args))
         import torch  # noqa: F401 - a broken install must fail here, before grading starts
-    except Exception as exc:  # noqa: BLE001 - an infrastructure fault: nothing of the kernel ran
+    except Exception as exc:  # noqa: BLE001 - an infrastructure fault: nothing of the kernel was graded
+        from metakernelbench.verifier.launch import close_quietly
+
+        close_quietly(early)
         emit({"infra": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=5)})
         return 3
     emit({"stage": "grading"})
-    result = grade(problem, args.kernel, args.dsl, device=args.device, config=config)
+    result = grade(problem, args.kernel, args.dsl, device=args.device, config=config, workers=early)
     emit({"result": result.model_dump(mode="json")})
     return 0
 

@@ -1,0 +1,34 @@
+"""The runner starts an evaluation's workers before it imports torch, only when nothing is left to decide."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from metakernelbench.verifier.judge.runner import _start_workers_early, parse_args
+from metakernelbench.verifier.launch import close_quietly
+
+HONEST = Path(__file__).resolve().parents[2] / "exploits" / "control_honest_28.py"
+
+
+def _args(*extra: str):
+    return parse_args(["--problem", "28", "--dsl", "tirx", "--kernel", str(HONEST), *extra])
+
+
+def test_a_known_device_and_a_clean_kernel_start_the_workers_early():
+    started = _start_workers_early(_args("--device", "cpu"))
+    try:
+        assert started is not None
+        assert started.key[:2] == (str(HONEST.resolve()), "tirx") and started.key[3] == "cpu"
+        assert started.candidate.process.is_alive() and started.reference.process.is_alive()
+    finally:
+        close_quietly(started)
+
+
+def test_no_early_start_without_a_device_or_with_a_rule_broken(tmp_path):
+    assert _start_workers_early(_args()) is None  # the device needs torch to decide
+    bad = tmp_path / "kernel.py"
+    bad.write_text("import triton\ndef solve(*a):\n    return None\n")
+    args = parse_args(["--problem", "28", "--dsl", "tirx", "--kernel", str(bad), "--device", "cpu"])
+    assert _start_workers_early(args) is None  # the static rules refuse it: nothing starts
+    missing = parse_args(["--problem", "28", "--dsl", "tirx", "--kernel", str(tmp_path / "no.py"), "--device", "cpu"])
+    assert _start_workers_early(missing) is None

@@ -1,0 +1,314 @@
+"""Starting the two worker processes of an evaluation, and talking to them (no torch at import).
+
+``grade`` starts a candidate worker (the submission's process) and a reference worker (the trusted
+eager reference) for every evaluation. Everything needed to start them lives here, free of torch,
+so that a caller that has not imported torch yet (the judge's runner) can start the workers first
+and import the grader while they start (``start_workers``); the workers' start is the longest stage
+of a grading. The candidate worker then waits for the grader's release (``WorkerHandle.release``)
+before it imports the kernel file, so starting early runs nothing of the submission. ``GradeConfig``
+and ``Verdict`` live here for the same reason; ``grader`` re-exports them.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import secrets
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import types
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .doorbell import DONE, READY, Doorbell
+from .protocol import CallRequest, LoadRequest, WorkerSetup
+from .result import Status
+
+SCRUBBED_PREFIXES = ("TVM_", "CUTE_DSL_", "CUTLASS_", "PYTORCH_", "TORCH_", "CUDA_LAUNCH_BLOCKING",
+                     "LD_PRELOAD", "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONBREAKPOINT", "NVIDIA_TF32",
+                     "MKB_", "CUDA_CACHE_")
+
+
+@dataclass(frozen=True)
+class GradeConfig:
+    """The grading contract's counts and the grader's limits (defaults: the contract, design.md §4)."""
+
+    correctness_draws: int = 5
+    warmup: int = 10
+    timed: int = 50
+    rechecks: int = 3
+    import_timeout_s: float = 900.0
+    call_timeout_s: float = 120.0
+    first_call_timeout_s: float = 900.0
+    eager_drift_flag: float = 0.10
+    eager_baseline_warmup: int = 10
+    eager_baseline_timed: int = 100
+    eager_check_warmup: int = 3
+    eager_check_timed: int = 20
+    eager_cache: bool = True  # reuse a baseline measured earlier (baseline.default_cache_dir())
+    max_bypass_sites: int = 16
+    max_output_bytes: int = 8 << 30
+    foreign_gpu_wait_s: float = 10.0
+    exclusive_gpu: bool = True  # False only for verdict-only runs that grade several kernels at once
+    pin_cores: bool = True  # the grader's spin on a core of its own, the workers off that core and its sibling
+    require_sandbox: bool = False  # an OS limit that cannot be set is INFRA_ERROR instead of a note
+    # After each reply a worker may poll for the next request this long instead of sleeping (only
+    # with a core plan). A slept core runs the next call's host side slower on the H200 host, but
+    # polling workers also compete for cores: off until the H200 records show which way it moves
+    # the grade (benchmarks/h200_timing.py; docs/grading.md).
+    hot_wait_ms: float = 0.0
+
+
+class Verdict(Exception):
+    """Ends an evaluation early with a status (raised inside ``grade``)."""
+
+    def __init__(self, status: Status, message: str, **fields: Any):
+        super().__init__(message)
+        self.status, self.message, self.fields = status, message, fields
+
+
+FAILURE_STATUS = {
+    "compile": Status.COMPILE_ERROR, "runtime": Status.RUNTIME_ERROR, "oom": Status.RUNTIME_ERROR,
+    "structure": Status.INCORRECT, "violation": Status.RULE_VIOLATION, "hack": Status.REWARD_HACK,
+    "infra": Status.INFRA_ERROR,
+}
+
+
+def _scrubbed_env(scratch: str) -> dict[str, str]:
+    """The worker's environment: every cache and temporary folder inside the scratch folder."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(SCRUBBED_PREFIXES)}
+    env.update(CUTE_DSL_CACHE_DIR=os.path.join(scratch, "cute"), CUDA_CACHE_PATH=os.path.join(scratch, "nv"),
+               TMPDIR=scratch, HOME=scratch, XDG_CACHE_HOME=os.path.join(scratch, "cache"),
+               PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
+    return env
+
+
+@contextmanager
+def _environment(env: dict[str, str]):
+    """The scrubbed environment, and no ``__main__`` for the child to re-import.
+
+    The spawn start method re-runs the parent's main module in the child (as ``__mp_main__``):
+    for ``mkb grade`` or a test runner that loads the whole grader and the problem loader into
+    the candidate's process. The worker's entry point is importable by name, so during the start
+    ``__main__`` is a bare module.
+    """
+    saved = dict(os.environ)
+    main = sys.modules.get("__main__")
+    os.environ.clear()
+    os.environ.update(env)
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
+def _worker_entry(conn, setup: WorkerSetup) -> None:
+    """The worker process's entry point: imports the worker (and torch) in the child only."""
+    from .worker import main
+
+    main(conn, setup)
+
+
+class WorkerHandle:
+    """One spawned worker process: a strict request/response pipe plus the timing doorbell."""
+
+    def __init__(self, setup: WorkerSetup, env: dict[str, str], max_bytes: int, bell_dir: str | None = None,
+                 share_cpu: bool = True, hot_wait_ms: float = 0.0):
+        setup.hot_wait_ns = 0 if share_cpu else int(hot_wait_ms * 1e6)  # polling needs a core to spare
+        ctx = multiprocessing.get_context("spawn")
+        setup.spawned_at = time.time()
+        self.bell = Doorbell.create(bell_dir)
+        setup.doorbell = self.bell.path
+        self.parent, child = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(target=_worker_entry, args=(child, setup), daemon=True)
+        with _environment(env):
+            self.process.start()
+        child.close()
+        self.max_bytes = max_bytes
+        self.pin = setup.device.startswith("cuda")  # outputs land in page-locked memory: fast to the GPU
+        self.seq = 0
+        self.nonce = setup.nonce
+        self.share_cpu = share_cpu  # no core of its own for the grader's spin (Doorbell.wait_for)
+
+    def release(self) -> None:
+        """Let a candidate worker import the kernel file (it waits for this: ``protocol.LoadRequest``)."""
+        self.parent.send(LoadRequest())
+
+    def _alive(self) -> bool:
+        """Still working on the call: alive and nothing (a failure report) waiting on the pipe."""
+        return self.process.is_alive() and not self.parent.poll(0)
+
+    def expect(self, timeout: float, nonce: str, seq: int | None):
+        """Read exactly one message: the reply to the request just sent."""
+        from .wire import Failure, TooLarge, WireError, receive  # torch: imported once a reply is read
+
+        if not self.parent.poll(timeout):
+            if not self.process.is_alive():
+                raise Verdict(Status.RUNTIME_ERROR,
+                              f"the kernel process died (exit code {self.process.exitcode})")
+            raise Verdict(Status.TIMEOUT, f"no reply within {timeout:.0f} s")
+        try:
+            message, tensors = receive(self.parent, self.max_bytes, pin=self.pin)
+        except EOFError:
+            self.process.join(5)
+            raise Verdict(Status.RUNTIME_ERROR,
+                          f"the kernel process died (exit code {self.process.exitcode})") from None
+        except TooLarge:
+            raise Verdict(Status.INCORRECT, "the outputs are larger than any valid answer") from None
+        except WireError as exc:
+            raise Verdict(Status.REWARD_HACK, f"malformed message on the result channel: {exc}") from None
+        if message.nonce != nonce or (seq is not None and getattr(message, "seq", seq) != seq):
+            raise Verdict(Status.REWARD_HACK, "a message on the result channel was not the reply to "
+                                              "the grader's request (forged or replayed)")
+        if self.parent.poll(0):
+            raise Verdict(Status.REWARD_HACK, "extra messages on the result channel")
+        if isinstance(message, Failure):
+            status = FAILURE_STATUS[message.category]
+            text = f"{message.error_type}: {message.message}"
+            if message.category == "oom":
+                text = "out of memory: " + text
+            raise Verdict(status, text, details={"traceback": message.traceback})
+        return message, tensors
+
+    def request(self, req, timeout: float):
+        """Send one request; for a call, time it by the doorbell. Returns (reply, tensors, span_ns)."""
+        self.seq += 1
+        req.seq, req.nonce = self.seq, secrets.token_hex(8)
+        deadline = time.perf_counter_ns() + int(timeout * 1e9)
+        self.parent.send(req)
+        span = None
+        if isinstance(req, CallRequest):
+            if self.bell.wait_for(READY, req.seq, deadline, self._alive, share_cpu=self.share_cpu) is not None:
+                start = self.bell.go(req.seq)
+                end = self.bell.wait_for(DONE, req.seq, deadline, self._alive, share_cpu=self.share_cpu)
+                span = None if end is None else end - start
+        left = max(deadline - time.perf_counter_ns(), 0) / 1e9
+        message, tensors = self.expect(left + 60.0 if span is not None else left, req.nonce, req.seq)
+        if isinstance(req, CallRequest) and span is None:
+            raise Verdict(Status.REWARD_HACK, "the call replied without its DONE signal")
+        return message, tensors, span
+
+    def close(self) -> None:
+        """End the worker and everything in its process group at once (nothing it holds is needed
+        any more; a polite stop would only wait for torch's teardown)."""
+        if self.process.is_alive() and self.process.pid:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.process.kill()
+            self.process.join(5)
+        self.parent.close()
+        self.bell.close()
+
+
+def _cpu_list(text: str) -> set[int]:
+    """Parse a kernel CPU list such as ``0-3,8``."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if "-" in part:
+            lo, hi = part.split("-")
+            cpus.update(range(int(lo), int(hi) + 1))
+        elif part:
+            cpus.add(int(part))
+    return cpus
+
+
+def _cpu_list_text(cpus: set[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
+
+
+def core_plan(available: set[int] | None = None) -> tuple[set[int], set[int]] | None:
+    """(the grader's core, the workers' cores), or None with fewer than 4 CPUs to spare.
+
+    The grader spins on its clock while a call runs; on the same physical core as the worker (its
+    hyper-thread sibling) the spin would slow the worker's Python dispatch, so the grader takes one
+    logical CPU and the workers get every CPU that is neither it nor a sibling of it.
+    """
+    cpus = set(available if available is not None else os.sched_getaffinity(0))
+    if len(cpus) < 4:
+        return None
+    spin = max(cpus)
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{spin}/topology/thread_siblings_list") as fh:
+            siblings = _cpu_list(fh.read()) | {spin}
+    except OSError:
+        siblings = {spin}
+    workers = cpus - siblings
+    return ({spin}, workers) if workers else None
+
+
+
+
+@dataclass
+class Started:
+    """The two workers of one evaluation, started (``start_workers``) and handed to ``grade``."""
+
+    scratch: str  # the evaluation's scratch folder: the only place its workers may write
+    candidate: WorkerHandle
+    reference: WorkerHandle
+    plan: tuple[set[int], set[int]] | None  # (the grader's spin CPU, the workers' CPUs), see core_plan
+    original_cpus: set[int] | None  # the caller's CPU set, restored when the grade ends
+    key: tuple[str, str, str, str]  # (kernel file, dsl, problem file, device) they were started for
+
+    def close(self) -> None:
+        for handle in (self.candidate, self.reference):
+            handle.close()
+
+
+def candidate_setup(kernel: Path, dsl: str, device: str, num_outputs: int, protected: list[str], scratch: str,
+                    config: GradeConfig) -> WorkerSetup:
+    return WorkerSetup(mode="candidate", dsl=dsl, path=str(kernel), device=device, num_outputs=num_outputs,
+                       nonce=secrets.token_hex(8), protected_paths=protected, scratch=scratch,
+                       require_sandbox=config.require_sandbox)
+
+
+def reference_setup(problem_file: Path, device: str, num_outputs: int) -> WorkerSetup:
+    return WorkerSetup(mode="reference", dsl="none", path=str(problem_file), device=device,
+                       num_outputs=num_outputs, nonce=secrets.token_hex(8))
+
+
+def start_workers(kernel: Path, dsl: str, problem_file: Path, num_outputs: int, device: str,
+                  config: GradeConfig, protected_paths: list[str] | None = None) -> Started:
+    """Start the candidate and the reference worker of one evaluation, on their own CPUs.
+
+    Call it only once the kernel file passed the static rules (``rules.scan_source``): the candidate
+    worker imports the file as soon as its DSL is loaded. Both import torch at once, on different
+    cores; with a core plan this process keeps one CPU for its spin from here on.
+    """
+    kernel, problem_file = Path(kernel).resolve(), Path(problem_file).resolve()
+    protected = [str(problem_file.parent), *(protected_paths or [])]
+    scratch = tempfile.mkdtemp(prefix="mkb-eval-")
+    original = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    plan = core_plan() if config.pin_cores and original else None
+    share = plan is None
+    env = _scrubbed_env(scratch)
+    if plan:
+        os.sched_setaffinity(0, plan[1])  # the workers inherit this set when they are spawned
+    try:
+        candidate = WorkerHandle(candidate_setup(kernel, dsl, device, num_outputs, protected, scratch, config), env,
+                                 config.max_output_bytes, scratch, share, config.hot_wait_ms)
+        reference = WorkerHandle(reference_setup(problem_file, device, num_outputs), env, config.max_output_bytes,
+                                 scratch, share, config.hot_wait_ms)
+    finally:
+        if plan:
+            os.sched_setaffinity(0, plan[0])
+    return Started(scratch, candidate, reference, plan, original, (str(kernel), dsl, str(problem_file), device))
+
+
+def close_quietly(started: Started | None) -> None:
+    """Stop workers nobody will grade with, remove their scratch folder and give the CPUs back."""
+    if started is None:
+        return
+    started.close()
+    shutil.rmtree(started.scratch, ignore_errors=True)
+    if started.plan and started.original_cpus:
+        os.sched_setaffinity(0, started.original_cpus)

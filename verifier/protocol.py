@@ -1,0 +1,56 @@
+"""The requests the grader sends to a worker and the worker's setup (no torch: the judge's runner
+can start workers before it imports torch itself, ``launch``).
+
+The grader side is trusted: these travel pickled from the grader to the worker, never back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class WorkerSetup:
+    mode: str  # "candidate" | "reference"
+    dsl: str  # "cutedsl" | "tirx" | "none"
+    path: str  # kernel file (candidate) or problem file (reference)
+    device: str
+    num_outputs: int
+    nonce: str
+    protected_paths: list[str] = field(default_factory=list)
+    doorbell: str = ""  # path of the shared page (``doorbell``)
+    scratch: str = ""  # the only folder this worker may write in
+    require_sandbox: bool = False  # an unavailable OS limit is an infrastructure fault, not a note
+    hot_wait_ns: int = 0  # after each reply, poll this long for the next request before sleeping
+    spawned_at: float = 0.0  # the grader's wall clock when it started this process (startup breakdown)
+
+
+@dataclass
+class CallRequest:
+    seq: int
+    nonce: str
+    inputs: tuple
+    suppress: str | None = None
+    send_outputs: bool = False
+    keep_outputs: bool = False
+    check_threads: bool = False
+    audit_numels: list[int] | None = None
+
+
+@dataclass
+class FetchRequest:
+    seq: int
+    nonce: str
+    calls: list[int]
+
+
+@dataclass
+class StopRequest:
+    pass
+
+
+@dataclass
+class LoadRequest:
+    """Import the kernel file now. The candidate worker loads torch, its DSL and its limits first and
+    then waits for this, so it can be started before the grader has decided anything (``launch``):
+    no code of the submission runs until the grader says so."""
