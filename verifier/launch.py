@@ -280,9 +280,10 @@ def start_workers(kernel: Path, dsl: str, problem_file: Path, num_outputs: int, 
                   config: GradeConfig, protected_paths: list[str] | None = None) -> Started:
     """Start the candidate and the reference worker of one evaluation, on their own CPUs.
 
-    Call it only once the kernel file passed the static rules (``rules.scan_source``): the candidate
-    worker imports the file as soon as its DSL is loaded. Both import torch at once, on different
-    cores; with a core plan this process keeps one CPU for its spin from here on.
+    The candidate worker imports the kernel file only once released (``WorkerHandle.release``, which
+    ``grade`` calls after the static rules pass); callers still start workers only for a file that
+    passes them (``rules.scan_source``), so a refused file costs no worker start. Both import torch
+    at once, on different cores; with a core plan this process keeps one CPU for its spin from here on.
     """
     kernel, problem_file = Path(kernel).resolve(), Path(problem_file).resolve()
     protected = [str(problem_file.parent), *(protected_paths or [])]

@@ -45,11 +45,6 @@ class FetchRequest:
 
 
 @dataclass
-class StopRequest:
-    pass
-
-
-@dataclass
 class LoadRequest:
     """Import the kernel file now. The candidate worker loads torch, its DSL and its limits first and
     then waits for this, so it can be started before the grader has decided anything (``launch``):

@@ -7,6 +7,11 @@ every phase (warmup, timed, checked, bypass), so a submission cannot tell them a
 
 The same loop also times the eager reference (``mode="reference"``, a trusted worker), so both
 sides carry exactly the same harness overhead.
+
+A candidate worker loads torch, its DSL, the launch hooks, the audit hook and its OS limits, and
+then waits for the grader's release (``protocol.LoadRequest``) before it imports the kernel file:
+it can be started before the grader has checked anything, and nothing of the submission runs early.
+The grader ends a worker by killing its process group.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from . import hooks, sandbox
 from .device import DeviceTools
 from .doorbell import DONE, Doorbell
 from .guard import TAMPERING, GuardViolation, install_guard, thread_count
-from .protocol import CallRequest, FetchRequest, LoadRequest, StopRequest, WorkerSetup  # noqa: F401 - re-exported
+from .protocol import CallRequest, FetchRequest, LoadRequest, WorkerSetup
 from .wire import CallResult, Failure, Outputs, Ready, send, tensor_meta
 
 _perf_ns = time.perf_counter_ns  # bound before any submission code can patch the module
