@@ -27,7 +27,9 @@ fi
 step "upgrading pip"
 .venv/bin/python -m pip install -q --upgrade pip
 step "installing metakernelbench with both DSLs and the dev tools (torch with its CUDA libraries: a few minutes on a fresh machine)"
-.venv/bin/python -m pip install -q -e ".[cutedsl,tirx,dev]"
+# (setuptools prints an information notice for every editable install of a package whose folders are
+# mapped; it says nothing about this project, so it is filtered out)
+PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install -q -e ".[cutedsl,tirx,dev]"
 # terminal-bench, in a venv of its own (its dependency pins are not Harbor's): the test of the
 # Terminal-Bench layout (`mkb build --format terminal-bench`) validates tasks with its own task model.
 if [ ! -x .venv-tb/bin/python ]; then
