@@ -22,7 +22,6 @@ folder, removed afterwards; no other process may hold the GPU while timing (``gp
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,15 +45,15 @@ from .launch import (  # noqa: F401 - _cpu_list and core_plan stay importable fr
     WorkerHandle,
     _cpu_list,
     _cpu_list_text,
-    _scrubbed_env,
     candidate_setup,
     close_quietly,
     core_plan,
+    spawn_worker,
     start_workers,
 )
 from .protocol import CallRequest, FetchRequest
 from .result import SPEEDUP_CAP, GradeResult, Mismatch, Status, Timing, failure
-from .rules import MAX_KERNEL_BYTES, scan_source
+from .rules import MAX_KERNEL_BYTES, static_refusal  # noqa: F401 - MAX_KERNEL_BYTES: importable from here
 from .tensors import StructureError, promote_floats, snapshot_graded
 from .wire import CallResult, Outputs, Ready
 
@@ -97,17 +96,13 @@ class Evaluation:
     """State of one grade: the problem, the device, the seeds and the two worker processes."""
 
     def __init__(self, problem: Problem, kernel_path: Path, dsl: str, device: torch.device,
-                 config: GradeConfig, protected: list[str], scratch: str):
+                 config: GradeConfig, workers: Started):
         self.problem, self.spec = problem, problem.spec
         self.kernel_path, self.dsl, self.device, self.config = kernel_path, dsl, device, config
-        self.protected = protected
+        self.workers = workers  # scratch folder, core plan, protected folders; closed by grade()
+        self.candidate, self.reference = workers.candidate, workers.reference
         self.rng = SystemRandom()
-        self.scratch = scratch
-        self.candidate: WorkerHandle | None = None
-        self.reference: WorkerHandle | None = None
         self.launch_sites: list[str] = []
-        self.share_cpu = True  # set by grade() from its core plan
-        self.plan: tuple[set[int], set[int]] | None = None
         self._gpu: GpuProcesses | None = None
 
     @property
@@ -140,16 +135,10 @@ class Evaluation:
     # ---- workers -----------------------------------------------------------------------------
     def spawn_candidate(self) -> None:
         """A new candidate worker (after a timeout or crash in the bypass test)."""
+        w = self.workers
         setup = candidate_setup(self.kernel_path, self.dsl, str(self.device), len(self.spec.outputs),
-                                self.protected, self.scratch, self.config)
-        if self.plan:
-            os.sched_setaffinity(0, self.plan[1])  # the new worker runs on the workers' CPUs, not the spin's
-        try:
-            self.candidate = WorkerHandle(setup, _scrubbed_env(self.scratch), self.config.max_output_bytes,
-                                          self.scratch, self.share_cpu, self.config.hot_wait_ms)
-        finally:
-            if self.plan:
-                os.sched_setaffinity(0, self.plan[0])
+                                w.protected, w.scratch, self.config)
+        w.candidate = self.candidate = spawn_worker(setup, w.scratch, self.config, w.plan)
         self.candidate.release()
 
     def await_candidate(self) -> Ready:
@@ -410,19 +399,10 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
     except OSError as exc:
         close_quietly(workers)
         return failure(Status.COMPILE_ERROR, name, dsl, f"cannot read the kernel file: {exc}")
-    violations = scan_source(source.decode("utf-8", errors="replace"), dsl)
-    if len(source) > MAX_KERNEL_BYTES or violations:
+    refusal = static_refusal(name, dsl, source, started)
+    if refusal is not None:
         close_quietly(workers)  # (a caller starts workers only after these checks pass)
-    if len(source) > MAX_KERNEL_BYTES:
-        return failure(Status.RULE_VIOLATION, name, dsl, f"kernel file over {MAX_KERNEL_BYTES} bytes")
-    syntax = [v for v in violations if v.rule == "syntax error"]
-    if syntax:  # it does not compile: a compile error, not a broken rule
-        return failure(Status.COMPILE_ERROR, name, dsl, f"syntax error on line {syntax[0].line}: {syntax[0].detail}",
-                       grade_wall_s=time.perf_counter() - started)
-    if violations:
-        return failure(Status.RULE_VIOLATION, name, dsl, "static rules: " + str(violations[0]),
-                       violations=[str(v) for v in violations],
-                       grade_wall_s=time.perf_counter() - started)
+        return refusal
     stages.mark("static")
     chosen = _device_of(device)
     problem_file = problem.spec.path.resolve()
@@ -432,11 +412,8 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
     if workers is None:
         workers = start_workers(kernel_path, dsl, problem_file, len(problem.spec.outputs), str(chosen), config,
                                 protected_paths)
-    protected = [str(problem_file.parent), *(protected_paths or [])]
-    ev = Evaluation(problem, kernel_path, dsl, chosen, config, protected, workers.scratch)
-    ev.candidate, ev.reference = workers.candidate, workers.reference
-    plan, original_cpus = workers.plan, workers.original_cpus
-    ev.plan, ev.share_cpu = plan, plan is None
+    ev = Evaluation(problem, kernel_path, dsl, chosen, config, workers)
+    plan = workers.plan
     details: dict[str, str] = {}
     fields: dict[str, Any] = {"stages_s": stages.seconds, "details": details}
     try:
@@ -517,11 +494,6 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
     except Exception as exc:  # noqa: BLE001 - a fault of the grader itself
         result = failure(Status.INFRA_ERROR, name, dsl, f"grader fault: {type(exc).__name__}: {exc}", **fields)
     finally:
-        for handle in (ev.candidate, ev.reference):
-            if handle is not None:
-                handle.close()
-        shutil.rmtree(ev.scratch, ignore_errors=True)
-        if plan:
-            os.sched_setaffinity(0, original_cpus)
+        close_quietly(workers)  # both workers (a restarted candidate too), the scratch folder, the CPUs
     result.grade_wall_s = time.perf_counter() - started
     return result

@@ -253,6 +253,7 @@ class Started:
     """The two workers of one evaluation, started (``start_workers``) and handed to ``grade``."""
 
     scratch: str  # the evaluation's scratch folder: the only place its workers may write
+    protected: list[str]  # folders the candidate may not open (the problem's, and any the caller added)
     candidate: WorkerHandle
     reference: WorkerHandle
     plan: tuple[set[int], set[int]] | None  # (the grader's spin CPU, the workers' CPUs), see core_plan
@@ -290,19 +291,24 @@ def start_workers(kernel: Path, dsl: str, problem_file: Path, num_outputs: int, 
     scratch = tempfile.mkdtemp(prefix="mkb-eval-")
     original = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     plan = core_plan() if config.pin_cores and original else None
-    share = plan is None
-    env = _scrubbed_env(scratch)
+    candidate = spawn_worker(candidate_setup(kernel, dsl, device, num_outputs, protected, scratch, config), scratch,
+                             config, plan)
+    reference = spawn_worker(reference_setup(problem_file, device, num_outputs), scratch, config, plan)
+    return Started(scratch, protected, candidate, reference, plan, original,
+                   (str(kernel), dsl, str(problem_file), device))
+
+
+def spawn_worker(setup: WorkerSetup, scratch: str, config: GradeConfig,
+                 plan: tuple[set[int], set[int]] | None) -> WorkerHandle:
+    """One worker process, on the workers' CPUs of ``plan``; this process then stays on its spin CPU."""
     if plan:
-        os.sched_setaffinity(0, plan[1])  # the workers inherit this set when they are spawned
+        os.sched_setaffinity(0, plan[1])  # the worker inherits this set when it is spawned
     try:
-        candidate = WorkerHandle(candidate_setup(kernel, dsl, device, num_outputs, protected, scratch, config), env,
-                                 config.max_output_bytes, scratch, share, config.hot_wait_ms)
-        reference = WorkerHandle(reference_setup(problem_file, device, num_outputs), env, config.max_output_bytes,
-                                 scratch, share, config.hot_wait_ms)
+        return WorkerHandle(setup, _scrubbed_env(scratch), config.max_output_bytes, scratch, plan is None,
+                            config.hot_wait_ms)
     finally:
         if plan:
             os.sched_setaffinity(0, plan[0])
-    return Started(scratch, candidate, reference, plan, original, (str(kernel), dsl, str(problem_file), device))
 
 
 def close_quietly(started: Started | None) -> None:

@@ -10,7 +10,10 @@ each rule says what to do instead. Runtime guards (``guard``) back it up for wha
 from __future__ import annotations
 
 import ast
+import time
 from dataclasses import dataclass
+
+from .result import GradeResult, Status, failure
 
 MAX_KERNEL_BYTES = 512 * 1024  # a kernel file larger than this is refused before it is read further
 
@@ -278,3 +281,21 @@ def _imported_modules(tree: ast.AST) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.append(node.module)
     return names
+
+
+def static_refusal(name: str, dsl: str, source: bytes, started: float) -> GradeResult | None:
+    """The verdict of the static stage when it refuses the file (size, syntax, rules), else None.
+
+    ``started`` is the grading's ``time.perf_counter()`` start (the verdict's ``grade_wall_s``)."""
+    if len(source) > MAX_KERNEL_BYTES:
+        return failure(Status.RULE_VIOLATION, name, dsl, f"kernel file over {MAX_KERNEL_BYTES} bytes")
+    violations = scan_source(source.decode("utf-8", errors="replace"), dsl)
+    syntax = [v for v in violations if v.rule == "syntax error"]
+    if syntax:  # it does not compile: a compile error, not a broken rule
+        return failure(Status.COMPILE_ERROR, name, dsl, f"syntax error on line {syntax[0].line}: {syntax[0].detail}",
+                       grade_wall_s=time.perf_counter() - started)
+    if violations:
+        return failure(Status.RULE_VIOLATION, name, dsl, "static rules: " + str(violations[0]),
+                       violations=[str(v) for v in violations],
+                       grade_wall_s=time.perf_counter() - started)
+    return None

@@ -77,7 +77,7 @@ def _start_workers_early(args: argparse.Namespace):
 
     from metakernelbench.problems import PROBLEMS_DIR, ProblemError, declared_output_count, find_problem_path
     from metakernelbench.verifier.launch import GradeConfig, start_workers
-    from metakernelbench.verifier.rules import MAX_KERNEL_BYTES, scan_source
+    from metakernelbench.verifier.rules import static_refusal
 
     if not args.device:
         return None
@@ -89,7 +89,7 @@ def _start_workers_early(args: argparse.Namespace):
     except (OSError, ProblemError):
         return None
     outputs = declared_output_count(problem_file)
-    if outputs is None or len(source) > MAX_KERNEL_BYTES or scan_source(source.decode("utf-8", "replace"), args.dsl):
+    if outputs is None or static_refusal(args.problem, args.dsl, source, 0.0) is not None:
         return None
     return start_workers(kernel, args.dsl, problem_file, outputs, args.device, GradeConfig(**_overrides(args)))
 

@@ -40,15 +40,13 @@ from metakernelbench.problems import PROBLEMS_DIR, problem_paths
 
 from ..report import render_report
 from ..result import GradeResult
+from ..rules import MAX_KERNEL_BYTES  # the grader's own limit (rules has no torch)
 from .http_limits import IO_TIMEOUT_S, BoundedServerMixin, ClientError, RateLimiter, read_json_body
 from .queue import Scheduler
 from .store import FEEDBACK, FINAL, Attempt, Store, Submission, hash_token
 
 log = logging.getLogger("metakernelbench.judge")
 
-# The grader's own limit (verifier.grader.MAX_KERNEL_BYTES, checked equal by a test); restated here
-# because importing the grader would import torch, which the judge process does not need.
-MAX_KERNEL_BYTES = 512 * 1024
 MAX_BODY_BYTES = 2 * MAX_KERNEL_BYTES + 64 * 1024
 DEFAULT_BUDGET = 10
 DEFAULT_MINUTES = 40.0
