@@ -1,0 +1,187 @@
+"""Is a kernel's host time a property of the process, of the CPU it runs on, or of the moment?
+
+    python3 benchmarks/h200_drift.py --problem 28 --kernel oracles/28_..._tirx.py [--out FILE]
+
+A plain timing loop (the independent loop's: fresh draw, L2 flush, device sync, call, device sync)
+runs in several persistent processes that take turns, segment by segment: if the processes differ
+by a constant in every segment, the host time belongs to the process; if they move together from
+segment to segment, it belongs to the moment (the host's load, its clock). A second pass moves one
+process over the CPUs, one segment per CPU in shuffled rounds: a stable per-CPU pattern means the
+placement decides. Each segment also records the host's steal time (``/proc/stat``), the share of
+CPU time the hypervisor gave to others. With ``--dsl``, gradings in this process then alternate the
+worker's ``hot_wait_ms`` settings (``--hot-waits``), the independent loop before, between and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _steal_ticks() -> int:
+    with open("/proc/stat") as fh:
+        fields = fh.readline().split()
+    return int(fields[8]) if len(fields) > 8 else 0
+
+
+def child(problem_file: str, kernel: str, device_name: str) -> None:
+    """Serve ``run CALLS CPU`` lines from stdin: pin to CPU (``all``: every CPU), time CALLS calls."""
+    import torch
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from independent_loop import load
+
+    device = torch.device(device_name)
+    problem = load(problem_file, "drift_problem")
+    module = load(kernel, "drift_kernel")
+    on_gpu = device.type == "cuda"
+    flush = torch.empty(2 * torch.cuda.get_device_properties(device).L2_cache_size if on_gpu else 1024,
+                        dtype=torch.uint8, device=device)
+
+    def sync() -> None:
+        if on_gpu:
+            torch.cuda.synchronize()
+
+    everything = os.sched_getaffinity(0)
+    seeds = random.Random(os.getpid())
+    print(json.dumps({"ready": os.getpid()}), flush=True)
+    for line in sys.stdin:
+        _, calls, cpu = line.split()
+        os.sched_setaffinity(0, everything if cpu == "all" else {int(cpu)})
+        totals, launches = [], []
+        for i in range(int(calls) + 3):
+            gen = torch.Generator(device=device).manual_seed(seeds.getrandbits(63))
+            inputs = problem.make_inputs(device, gen)
+            flush.bitwise_not_()
+            sync()
+            t0 = time.perf_counter_ns()
+            with torch.no_grad():
+                module.solve(*inputs)
+            t_ret = time.perf_counter_ns()
+            sync()
+            t1 = time.perf_counter_ns()
+            if i >= 3:
+                totals.append((t1 - t0) / 1e3)
+                launches.append((t_ret - t0) / 1e3)
+            del inputs
+        print(json.dumps({"median_us": round(statistics.median(totals), 2),
+                          "host_launch_us": round(statistics.median(launches), 2),
+                          "cpu_seen": os.sched_getaffinity(0) == everything and "all" or cpu}), flush=True)
+
+
+def _independent(problem_file: str, kernel: str) -> float | None:
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "independent_loop.py"), problem_file, kernel,
+                           "--eager-timed", "10"], capture_output=True, text=True, timeout=300)
+    return json.loads(done.stdout.strip().splitlines()[-1])["kernel_ms"] if done.returncode == 0 else None
+
+
+def gradings(args, problem_file: str, kernel: str) -> list[dict]:
+    """Gradings with each hot-wait setting in turn, the independent loop between rounds."""
+    from metakernelbench.problems import find_problem
+    from metakernelbench.verifier.grader import GradeConfig, grade
+
+    problem = find_problem(args.problem)
+    rows = [{"independent_kernel_ms": _independent(problem_file, kernel)}]
+    for _ in range(args.grade_rounds):
+        for hot in [float(h) for h in args.hot_waits.split(",")]:
+            result = grade(problem, kernel, args.dsl, device=args.device, config=GradeConfig(hot_wait_ms=hot))
+            rows.append({"hot_wait_ms": hot, "status": result.status.value, "kernel_ms": result.kernel_ms,
+                         "host_launch_us": result.details.get("host_launch_us_median"),
+                         "grade_wall_s": result.grade_wall_s})
+            print(json.dumps(rows[-1]), flush=True)
+        rows.append({"independent_kernel_ms": _independent(problem_file, kernel)})
+    return rows
+
+
+class Runner:
+    def __init__(self, problem_file: str, kernel: str, device: str):
+        self.proc = subprocess.Popen([sys.executable, __file__, "--child", "--problem-file", problem_file,
+                                      "--kernel", kernel, "--device", device], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.pid = json.loads(self.proc.stdout.readline())["ready"]
+
+    def run(self, calls: int, cpu: str) -> dict:
+        self.proc.stdin.write(f"run {calls} {cpu}\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--problem")
+    p.add_argument("--problem-file")
+    p.add_argument("--kernel", required=True)
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--processes", type=int, default=3)
+    p.add_argument("--segments", type=int, default=12)
+    p.add_argument("--calls", type=int, default=40)
+    p.add_argument("--cpu-rounds", type=int, default=2)
+    p.add_argument("--device", default="cuda:0")
+    p.add_argument("--dsl", default=None, help="grade too (in this process), alternating --hot-waits")
+    p.add_argument("--hot-waits", default="0,50")
+    p.add_argument("--grade-rounds", type=int, default=2)
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args()
+    if args.child:
+        child(args.problem_file, args.kernel, args.device)
+        return 0
+    sys.path.insert(0, str(REPO))
+    from metakernelbench.problems import find_problem
+
+    problem_file = str(find_problem(args.problem).spec.path)
+    kernel = str(Path(args.kernel).resolve())
+    runners = [Runner(problem_file, kernel, args.device) for _ in range(args.processes)]
+    segments = []
+    for s in range(args.segments):
+        order = random.Random(s).sample(range(len(runners)), len(runners))
+        row = {}
+        steal0, t0 = _steal_ticks(), time.monotonic()
+        for i in order:
+            row[f"p{i}"] = runners[i].run(args.calls, "all")
+        row["steal_ticks_per_s"] = round((_steal_ticks() - steal0) / (time.monotonic() - t0), 2)
+        segments.append(row)
+        print(json.dumps({"segment": s, **row}), flush=True)
+    cpus = sorted(os.sched_getaffinity(0))
+    per_cpu: dict[str, list] = {str(c): [] for c in cpus}
+    for r in range(args.cpu_rounds):
+        for c in random.Random(100 + r).sample(cpus, len(cpus)):
+            per_cpu[str(c)].append(runners[0].run(args.calls, str(c)))
+    print(json.dumps({"per_cpu": per_cpu}), flush=True)
+    for runner in runners:
+        runner.close()
+
+    def spread(values: list[float]) -> dict:
+        return {"min": round(min(values), 1), "median": round(statistics.median(values), 1),
+                "max": round(max(values), 1)}
+
+    summary = {"process_medians_us": {f"p{i}": spread([seg[f"p{i}"]["median_us"] for seg in segments])
+                                      for i in range(len(runners))},
+               "process_host_launch_us": {f"p{i}": spread([seg[f"p{i}"]["host_launch_us"] for seg in segments])
+                                          for i in range(len(runners))},
+               "cpu_medians_us": {c: [x["median_us"] for x in rows] for c, rows in per_cpu.items()}}
+    record = {"what": __doc__.strip().splitlines()[0], "command": " ".join(sys.argv), "kernel": args.kernel,
+              "summary": summary, "segments": segments, "per_cpu": per_cpu}
+    if args.dsl:
+        record["gradings"] = gradings(args, problem_file, kernel)
+        print(json.dumps({"gradings": record["gradings"]}), flush=True)
+    print(json.dumps({"summary": summary}), flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
