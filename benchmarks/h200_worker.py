@@ -1,0 +1,107 @@
+"""Where the candidate worker's extra host time comes from: the real worker, driven call by call.
+
+    python3 benchmarks/h200_worker.py --problem 28 --kernel oracles/28_..._tirx.py --dsl tirx [--out FILE]
+
+A plain loop in a process of its own (``h200_drift``'s runner) runs the kernel faster than the
+grader's candidate worker does. This starts the real workers (``launch.start_workers``) once per
+worker configuration and drives the candidate with the grader's own ``Evaluation.call`` in
+variants interleaved segment by segment with the plain process:
+
+- ``fresh``: a fresh draw in the grader before each call (the grader's timing loop);
+- ``reuse``: one draw sent again and again (the grader does no GPU work between calls);
+- ``paced``: as ``reuse``, with 3 ms of grader-side sleep between calls (the pace of a fresh draw).
+
+Per segment it records the median span (the grader's clock) and the worker's own host time until
+``solve`` returned; the plain process's segment gives the same two figures outside any worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+CONFIGS = {"default": {}, "unpinned": {"pin_cores": False}, "hot": {"hot_wait_ms": 50.0}}
+
+
+def _segment(ev, variant: str, calls: int) -> dict:
+    spans, returned = [], []
+    reused = ev.draw(ev.seed()) if variant != "fresh" else None
+    for i in range(calls + 3):
+        inputs = ev.draw(ev.seed()) if reused is None else reused
+        if variant == "paced":
+            time.sleep(0.003)
+        result, _, _ = ev.call(ev.candidate, inputs, check_threads=False)
+        if i >= 3:
+            spans.append(ev.last_span_ns / 1e3)
+            returned.append(result.returned_ns / 1e3)
+    return {"span_us": round(statistics.median(spans), 2), "host_launch_us": round(statistics.median(returned), 2)}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--problem", required=True)
+    p.add_argument("--kernel", required=True)
+    p.add_argument("--dsl", required=True)
+    p.add_argument("--device", default="cuda:0")
+    p.add_argument("--configs", default="default,unpinned,hot")
+    p.add_argument("--variants", default="fresh,reuse,paced")
+    p.add_argument("--segments", type=int, default=4)
+    p.add_argument("--calls", type=int, default=40)
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args()
+    import random
+
+    import torch
+    from h200_drift import Runner
+
+    from metakernelbench.problems import find_problem
+    from metakernelbench.verifier.grader import Evaluation, GradeConfig, close_quietly, start_workers
+
+    problem = find_problem(args.problem)
+    kernel = Path(args.kernel).resolve()
+    plain = Runner(str(problem.spec.path), str(kernel), args.device)
+    record: dict = {"what": __doc__.strip().splitlines()[0], "command": " ".join(sys.argv), "configs": {}}
+    variants = args.variants.split(",")
+    for name in args.configs.split(","):
+        config = GradeConfig(**CONFIGS[name])
+        workers = start_workers(kernel, args.dsl, problem.spec.path, len(problem.spec.outputs), args.device, config)
+        try:
+            ev = Evaluation(problem, kernel, args.dsl, torch.device(args.device), config, workers)
+            ev.candidate.release()
+            ev.await_candidate()
+            ev.correctness()
+            rows: dict[str, list] = {v: [] for v in [*variants, "plain_process"]}
+            for s in range(args.segments):
+                for v in random.Random(s).sample([*variants, "plain_process"], len(variants) + 1):
+                    rows[v].append(plain.run(args.calls, "all") if v == "plain_process"
+                                   else _segment(ev, v, args.calls))
+            summary = {v: {"span_us": statistics.median(r.get("span_us", r.get("median_us")) for r in rs),
+                           "host_launch_us": statistics.median(r["host_launch_us"] for r in rs)}
+                       for v, rs in rows.items()}
+            record["configs"][name] = {"cores": str(workers.plan), "summary": summary, "segments": rows}
+            print(json.dumps({"config": name, "summary": summary}), flush=True)
+        except Exception as exc:  # noqa: BLE001 - record and go on with the next configuration
+            record["configs"][name] = {"error": repr(exc)[:1000]}
+            print(json.dumps({"config": name, "error": repr(exc)[:1000]}), flush=True)
+        finally:
+            close_quietly(workers)
+            if workers.original_cpus:
+                import os
+
+                os.sched_setaffinity(0, workers.original_cpus)
+    plain.close()
+    if args.out:
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
