@@ -33,15 +33,46 @@ def _steal_ticks() -> int:
     return int(fields[8]) if len(fields) > 8 else 0
 
 
-def child(problem_file: str, kernel: str, device_name: str) -> None:
+LAYERS = ("bare", "seccomp", "seccomp_noallow", "worker", "worker_noallow")
+
+
+def _enter_layers(layers: str, kernel: str, problem_file: str, dsl: str | None) -> None:
+    """The candidate worker's limits in this process: ``seccomp`` (the filter alone) or ``worker``
+    (launch hooks, audit hook, every OS limit), each with or without the speculation allowance."""
+    if layers == "bare":
+        return
+    import tempfile
+
+    sys.path.insert(0, str(REPO))
+    from metakernelbench.verifier import sandbox
+
+    allow = not layers.endswith("_noallow")
+    if layers.startswith("seccomp"):
+        libc = sandbox._libc()
+        libc.prctl(sandbox.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        sandbox.install_seccomp(libc, spec_allow=allow)
+        return
+    from metakernelbench.verifier import hooks
+    from metakernelbench.verifier.guard import install_guard
+
+    scratch = tempfile.mkdtemp(prefix="mkb-drift-")
+    if dsl in hooks.INSTALLERS:
+        hooks.INSTALLERS[dsl]()
+    guard = install_guard(kernel, [str(Path(problem_file).parent)], dsl or "none", scratch=scratch)
+    sandbox.enter(scratch, submission=kernel, spec_allow=allow)
+    guard.armed = True
+
+
+def child(problem_file: str, kernel: str, device_name: str, layers: str = "bare", dsl: str | None = None) -> None:
     """Serve ``run CALLS CPU`` lines from stdin: pin to CPU (``all``: every CPU), time CALLS calls."""
     import torch
 
-    sys.path.insert(0, str(REPO / "benchmarks"))
+    sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
     from independent_loop import load
 
     device = torch.device(device_name)
     problem = load(problem_file, "drift_problem")
+    _enter_layers(layers, kernel, problem_file, dsl)
     module = load(kernel, "drift_kernel")
     on_gpu = device.type == "cuda"
     flush = torch.empty(2 * torch.cuda.get_device_properties(device).L2_cache_size if on_gpu else 1024,
@@ -53,7 +84,9 @@ def child(problem_file: str, kernel: str, device_name: str) -> None:
 
     everything = os.sched_getaffinity(0)
     seeds = random.Random(os.getpid())
-    print(json.dumps({"ready": os.getpid()}), flush=True)
+    from metakernelbench.verifier.sandbox import speculation_state
+
+    print(json.dumps({"ready": os.getpid(), "speculation": speculation_state()}), flush=True)
     for line in sys.stdin:
         _, calls, cpu = line.split()
         os.sched_setaffinity(0, everything if cpu == "all" else {int(cpu)})
@@ -103,11 +136,14 @@ def gradings(args, problem_file: str, kernel: str) -> list[dict]:
 
 
 class Runner:
-    def __init__(self, problem_file: str, kernel: str, device: str):
+    def __init__(self, problem_file: str, kernel: str, device: str, layers: str = "bare", dsl: str | None = None):
         self.proc = subprocess.Popen([sys.executable, __file__, "--child", "--problem-file", problem_file,
-                                      "--kernel", kernel, "--device", device], stdin=subprocess.PIPE,
+                                      "--kernel", kernel, "--device", device, "--layers", layers,
+                                      *(["--dsl", dsl] if dsl else [])], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
-        self.pid = json.loads(self.proc.stdout.readline())["ready"]
+        self.layers = layers
+        hello = json.loads(self.proc.stdout.readline())
+        self.pid, self.speculation = hello["ready"], hello["speculation"]
 
     def run(self, calls: int, cpu: str) -> dict:
         self.proc.stdin.write(f"run {calls} {cpu}\n")
@@ -126,6 +162,8 @@ def main() -> int:
     p.add_argument("--kernel", required=True)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--processes", type=int, default=3)
+    p.add_argument("--layers", default="bare",
+                   help=f"comma-separated, one process each (overrides --processes): {', '.join(LAYERS)}")
     p.add_argument("--segments", type=int, default=12)
     p.add_argument("--calls", type=int, default=40)
     p.add_argument("--cpu-rounds", type=int, default=2)
@@ -136,14 +174,17 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     if args.child:
-        child(args.problem_file, args.kernel, args.device)
+        child(args.problem_file, args.kernel, args.device, args.layers, args.dsl)
         return 0
     sys.path.insert(0, str(REPO))
     from metakernelbench.problems import find_problem
 
     problem_file = str(find_problem(args.problem).spec.path)
     kernel = str(Path(args.kernel).resolve())
-    runners = [Runner(problem_file, kernel, args.device) for _ in range(args.processes)]
+    layers = args.layers.split(",")
+    if len(layers) == 1:
+        layers *= args.processes
+    runners = [Runner(problem_file, kernel, args.device, layer, args.dsl) for layer in layers]
     segments = []
     for s in range(args.segments):
         order = random.Random(s).sample(range(len(runners)), len(runners))
@@ -167,14 +208,15 @@ def main() -> int:
         return {"min": round(min(values), 1), "median": round(statistics.median(values), 1),
                 "max": round(max(values), 1)}
 
-    summary = {"process_medians_us": {f"p{i}": spread([seg[f"p{i}"]["median_us"] for seg in segments])
+    summary = {"process_layers": {f"p{i}": [r.layers, r.speculation] for i, r in enumerate(runners)},
+               "process_medians_us": {f"p{i}": spread([seg[f"p{i}"]["median_us"] for seg in segments])
                                       for i in range(len(runners))},
                "process_host_launch_us": {f"p{i}": spread([seg[f"p{i}"]["host_launch_us"] for seg in segments])
                                           for i in range(len(runners))},
                "cpu_medians_us": {c: [x["median_us"] for x in rows] for c, rows in per_cpu.items()}}
     record = {"what": __doc__.strip().splitlines()[0], "command": " ".join(sys.argv), "kernel": args.kernel,
               "summary": summary, "segments": segments, "per_cpu": per_cpu}
-    if args.dsl:
+    if args.dsl and args.grade_rounds > 0:
         record["gradings"] = gradings(args, problem_file, kernel)
         print(json.dumps({"gradings": record["gradings"]}), flush=True)
     print(json.dumps({"summary": summary}), flush=True)
