@@ -33,13 +33,15 @@ def _steal_ticks() -> int:
     return int(fields[8]) if len(fields) > 8 else 0
 
 
-LAYERS = ("bare", "seccomp", "seccomp_noallow", "worker", "worker_noallow")
+LAYERS = ("bare", "tools", "tools_reset", "seccomp", "seccomp_noallow", "worker", "worker_noallow", "replica")
 
 
 def _enter_layers(layers: str, kernel: str, problem_file: str, dsl: str | None) -> None:
     """The candidate worker's limits in this process: ``seccomp`` (the filter alone) or ``worker``
-    (launch hooks, audit hook, every OS limit), each with or without the speculation allowance."""
-    if layers == "bare":
+    (launch hooks, audit hook, every OS limit), each with or without the speculation allowance;
+    ``tools``/``tools_reset`` (the grader's device helpers, see ``child``) are not set here;
+    ``replica`` is ``worker`` with ``tools_reset`` and the worker's local input copies."""
+    if layers in ("bare", "tools", "tools_reset"):
         return
     import tempfile
 
@@ -47,6 +49,7 @@ def _enter_layers(layers: str, kernel: str, problem_file: str, dsl: str | None) 
     from metakernelbench.verifier import sandbox
 
     allow = not layers.endswith("_noallow")
+    layers = "worker" if layers == "replica" else layers
     if layers.startswith("seccomp"):
         libc = sandbox._libc()
         libc.prctl(sandbox.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
@@ -56,6 +59,7 @@ def _enter_layers(layers: str, kernel: str, problem_file: str, dsl: str | None) 
     from metakernelbench.verifier.guard import install_guard
 
     scratch = tempfile.mkdtemp(prefix="mkb-drift-")
+    os.environ["TMPDIR"] = tempfile.tempdir = scratch  # the only folder left writable
     if dsl in hooks.INSTALLERS:
         hooks.INSTALLERS[dsl]()
     guard = install_guard(kernel, [str(Path(problem_file).parent)], dsl or "none", scratch=scratch)
@@ -74,6 +78,11 @@ def child(problem_file: str, kernel: str, device_name: str, layers: str = "bare"
     problem = load(problem_file, "drift_problem")
     _enter_layers(layers, kernel, problem_file, dsl)
     module = load(kernel, "drift_kernel")
+    tools = None
+    if layers.startswith("tools") or layers == "replica":  # the worker's device helpers (cuda-python)
+        from metakernelbench.verifier.device import DeviceTools
+
+        tools = DeviceTools.create(device)
     on_gpu = device.type == "cuda"
     flush = torch.empty(2 * torch.cuda.get_device_properties(device).L2_cache_size if on_gpu else 1024,
                         dtype=torch.uint8, device=device)
@@ -94,7 +103,14 @@ def child(problem_file: str, kernel: str, device_name: str, layers: str = "bare"
         for i in range(int(calls) + 3):
             gen = torch.Generator(device=device).manual_seed(seeds.getrandbits(63))
             inputs = problem.make_inputs(device, gen)
-            flush.bitwise_not_()
+            if layers == "replica":
+                from metakernelbench.verifier.worker import _localize
+
+                inputs, _ = _localize(inputs)
+            if layers in ("tools_reset", "replica"):
+                tools.cold_l2()  # the worker's flush: persisting-L2 reset, then the buffer write
+            else:
+                flush.bitwise_not_()
             sync()
             t0 = time.perf_counter_ns()
             with torch.no_grad():
