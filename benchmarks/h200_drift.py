@@ -74,15 +74,17 @@ def child(problem_file: str, kernel: str, device_name: str, layers: str = "bare"
     sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
     from independent_loop import load
 
+    from metakernelbench.verifier.device import DeviceTools
+    from metakernelbench.verifier.sandbox import speculation_state
+    from metakernelbench.verifier.worker import _localize
+
     device = torch.device(device_name)
     problem = load(problem_file, "drift_problem")
-    _enter_layers(layers, kernel, problem_file, dsl)
-    module = load(kernel, "drift_kernel")
     tools = None
     if layers.startswith("tools") or layers == "replica":  # the worker's device helpers (cuda-python)
-        from metakernelbench.verifier.device import DeviceTools
-
         tools = DeviceTools.create(device)
+    _enter_layers(layers, kernel, problem_file, dsl)
+    module = load(kernel, "drift_kernel")
     on_gpu = device.type == "cuda"
     flush = torch.empty(2 * torch.cuda.get_device_properties(device).L2_cache_size if on_gpu else 1024,
                         dtype=torch.uint8, device=device)
@@ -93,8 +95,6 @@ def child(problem_file: str, kernel: str, device_name: str, layers: str = "bare"
 
     everything = os.sched_getaffinity(0)
     seeds = random.Random(os.getpid())
-    from metakernelbench.verifier.sandbox import speculation_state
-
     print(json.dumps({"ready": os.getpid(), "speculation": speculation_state()}), flush=True)
     for line in sys.stdin:
         _, calls, cpu = line.split()
@@ -104,8 +104,6 @@ def child(problem_file: str, kernel: str, device_name: str, layers: str = "bare"
             gen = torch.Generator(device=device).manual_seed(seeds.getrandbits(63))
             inputs = problem.make_inputs(device, gen)
             if layers == "replica":
-                from metakernelbench.verifier.worker import _localize
-
                 inputs, _ = _localize(inputs)
             if layers in ("tools_reset", "replica"):
                 tools.cold_l2()  # the worker's flush: persisting-L2 reset, then the buffer write
