@@ -15,6 +15,7 @@ worker's ``hot_wait_ms`` settings (``--hot-waits``), the independent loop before
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import random
@@ -33,7 +34,8 @@ def _steal_ticks() -> int:
     return int(fields[8]) if len(fields) > 8 else 0
 
 
-LAYERS = ("bare", "tools", "tools_reset", "seccomp", "seccomp_noallow", "worker", "worker_noallow", "replica")
+LAYERS = ("bare", "tools", "tools_reset", "seccomp", "seccomp_noallow", "hooks", "guard", "worker", "worker_noallow",
+          "replica")
 
 
 def _enter_layers(layers: str, kernel: str, problem_file: str, dsl: str | None) -> None:
@@ -62,8 +64,11 @@ def _enter_layers(layers: str, kernel: str, problem_file: str, dsl: str | None) 
     os.environ["TMPDIR"] = tempfile.tempdir = scratch  # the only folder left writable
     if dsl in hooks.INSTALLERS:
         hooks.INSTALLERS[dsl]()
+    if layers == "hooks":
+        return
     guard = install_guard(kernel, [str(Path(problem_file).parent)], dsl or "none", scratch=scratch)
-    sandbox.enter(scratch, submission=kernel, spec_allow=allow)
+    if layers != "guard":
+        sandbox.enter(scratch, submission=kernel, spec_allow=allow)
     guard.armed = True
 
 
@@ -80,6 +85,13 @@ def child(problem_file: str, kernel: str, device_name: str, layers: str = "bare"
 
     device = torch.device(device_name)
     problem = load(problem_file, "drift_problem")
+    counting = {"on": False, "events": collections.Counter()}
+
+    def count(event, _args):  # the audit events one call raises (each runs the guard's hook too)
+        if counting["on"]:
+            counting["events"][event] += 1
+
+    sys.addaudithook(count)
     tools = None
     if layers.startswith("tools") or layers == "replica":  # the worker's device helpers (cuda-python)
         tools = DeviceTools.create(device)
@@ -110,10 +122,12 @@ def child(problem_file: str, kernel: str, device_name: str, layers: str = "bare"
             else:
                 flush.bitwise_not_()
             sync()
+            counting["on"] = i == 3
             t0 = time.perf_counter_ns()
             with torch.no_grad():
                 module.solve(*inputs)
             t_ret = time.perf_counter_ns()
+            counting["on"] = False
             sync()
             t1 = time.perf_counter_ns()
             if i >= 3:
@@ -122,7 +136,9 @@ def child(problem_file: str, kernel: str, device_name: str, layers: str = "bare"
             del inputs
         print(json.dumps({"median_us": round(statistics.median(totals), 2),
                           "host_launch_us": round(statistics.median(launches), 2),
-                          "cpu_seen": os.sched_getaffinity(0) == everything and "all" or cpu}), flush=True)
+                          "cpu_seen": os.sched_getaffinity(0) == everything and "all" or cpu,
+                          "audit_events_one_call": dict(counting["events"])}), flush=True)
+        counting["events"].clear()
 
 
 def _independent(problem_file: str, kernel: str) -> float | None:

@@ -47,10 +47,22 @@ class DeviceTools:
         rt.cudaCtxResetPersistingL2Cache()
         return True
 
+    def persisting_l2_bytes(self) -> int:
+        """The persisting-L2 carve-out now set (0: none; also 0 when cuda-bindings is unavailable).
+
+        A query, not a reset: setting the limit before every call made the next CuTe DSL launch's
+        host side ~30 us slower on the H200 (``results/h200/drift.json``), so the worker sets the
+        limit to 0 once and checks after each call that it stayed there (``Worker``).
+        """
+        if self.cudart is None:
+            return 0
+        err, value = self.cudart.cudaDeviceGetLimit(self.cudart.cudaLimit.cudaLimitPersistingL2CacheSize)
+        return int(value) if int(err) == 0 else 0
+
     def cold_l2(self) -> None:
-        """Evict the L2 by writing a buffer twice its size (after resetting persisting lines)."""
+        """Evict the L2 by writing a buffer twice its size (no persisting lines can survive it: the
+        worker keeps the persisting carve-out at 0, see ``persisting_l2_bytes``)."""
         if self.flush_buffer is not None:
-            self.reset_persisting_l2()
             self.flush_buffer.bitwise_not_()
 
     def name(self) -> str:

@@ -168,6 +168,7 @@ class Worker:
         self.setup = setup
         self.device = torch.device(setup.device)
         self.tools = DeviceTools.create(self.device)
+        self.tools.reset_persisting_l2()  # once; each call then checks that it stayed at 0
         self.guard = None
         self.kept: dict[int, tuple] = {}
         self.thread_baseline: int | None = None
@@ -296,6 +297,9 @@ class Worker:
         if now != self.integrity:
             changed = [k for k, v in now.items() if self.integrity.get(k) != v]
             raise CallFailed("hack", f"timing or result functions were replaced: {changed}")
+        if self.tools.persisting_l2_bytes():
+            raise CallFailed("violation", "the call set a persisting-L2 carve-out (cudaLimitPersistingL2CacheSize): "
+                                          "forbidden, it keeps data in the L2 across the grader's flush")
         if not any(finder is self.guard.gate for finder in sys.meta_path):
             raise CallFailed("hack", "the import gate was removed from sys.meta_path")
         if len(self.guard.violations) > self.seen_violations:
