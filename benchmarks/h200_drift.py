@@ -167,11 +167,19 @@ def gradings(args, problem_file: str, kernel: str) -> list[dict]:
 
 class Runner:
     def __init__(self, problem_file: str, kernel: str, device: str, layers: str = "bare", dsl: str | None = None):
+        env = None
+        if layers.endswith("+env"):  # the candidate worker's environment (launch._scrubbed_env)
+            import tempfile
+
+            from metakernelbench.verifier.launch import _scrubbed_env
+
+            env = _scrubbed_env(tempfile.mkdtemp(prefix="mkb-drift-env-"))
+            layers = layers.removesuffix("+env")
         self.proc = subprocess.Popen([sys.executable, __file__, "--child", "--problem-file", problem_file,
                                       "--kernel", kernel, "--device", device, "--layers", layers,
                                       *(["--dsl", dsl] if dsl else [])], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
-        self.layers = layers
+                                     stdout=subprocess.PIPE, text=True, env=env)
+        self.layers = layers + ("+env" if env is not None else "")
         hello = json.loads(self.proc.stdout.readline())
         self.pid, self.speculation = hello["ready"], hello["speculation"]
 
@@ -193,7 +201,8 @@ def main() -> int:
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--processes", type=int, default=3)
     p.add_argument("--layers", default="bare",
-                   help=f"comma-separated, one process each (overrides --processes): {', '.join(LAYERS)}")
+                   help=f"comma-separated, one process each (overrides --processes): {', '.join(LAYERS)}; "
+                        "a '+env' suffix runs that process in the candidate worker's environment")
     p.add_argument("--segments", type=int, default=12)
     p.add_argument("--calls", type=int, default=40)
     p.add_argument("--cpu-rounds", type=int, default=2)
