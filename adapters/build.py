@@ -2,9 +2,14 @@
 
 ``build`` rewrites each selected task folder from scratch (so a file dropped from the templates
 disappears too), removes the folders of problems that no longer exist, and rewrites
-``dataset.toml`` from the folders now present. ``check`` renders into a temporary directory and
-lists every path whose bytes or executable bit differ, every missing or stale folder and a stale
-manifest; CI runs it, so a hand edit under tasks/ or a forgotten rebuild fails the build.
+``tasks/dataset.toml`` and ``tasks/metric.py`` from the folders now present. ``check`` renders
+into a temporary directory and lists every path whose bytes or executable bit differ, every
+missing or stale folder and a stale manifest; CI runs it, so a hand edit under tasks/ or a
+forgotten rebuild fails the build.
+
+Every task comes from a problem file. A task folder made another way (``harbor task init``, a
+copy) would be published and run with the rest but graded by nothing the benchmark defines, so
+``check`` reports it and ``build`` refuses to run until it is removed or turned into a problem.
 """
 
 from __future__ import annotations
@@ -18,13 +23,20 @@ from pathlib import Path
 from metakernelbench.problems import Problem, ProblemError, load_problem, problem_paths
 
 from .dsl import DSLS
-from .manifest import manifest_toml
+from .manifest import manifest_toml, metric_bytes
 from .registry import registry_json
 from .render import TaskFile, image_files, render_task, task_dir_name
 
 # A folder under tasks/ that the generator owns; anything else there is left alone.
 TASK_DIR = re.compile(r"^\d{2}_[a-z0-9_]+_(cutedsl|tirx)$")
 _IGNORED = ("__pycache__", ".pyc")
+METRIC_FILE = "metric.py"  # beside the manifest: Harbor's dataset-level metric file
+FOREIGN_HINT = ("not generated from a problem: every task is rendered from problems/<family>/<NN>_<slug>.py "
+                "by `mkb build` (docs/adding-a-problem.md); remove the folder or write it as a problem")
+
+
+class ForeignTaskError(ValueError):
+    """A task folder under tasks/ that no problem generates (e.g. made by ``harbor task init``)."""
 
 
 @dataclass
@@ -95,6 +107,21 @@ def _present_dirs(out: Path) -> list[str]:
     return sorted(p.name for p in out.iterdir() if p.is_dir() and TASK_DIR.match(p.name))
 
 
+def foreign_dirs(out: Path) -> list[str]:
+    """Task folders (they hold a ``task.toml``) whose names the generator never produces."""
+    if not out.is_dir():
+        return []
+    return sorted(p.name for p in out.iterdir()
+                  if p.is_dir() and (p / "task.toml").exists() and not TASK_DIR.match(p.name))
+
+
+def write_dataset_files(manifest: Path, task_dirs: list[Path]) -> None:
+    """``dataset.toml`` for ``task_dirs`` and ``metric.py`` beside it."""
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(manifest_toml(task_dirs))
+    (manifest.parent / METRIC_FILE).write_bytes(metric_bytes())
+
+
 def write_images(root: Path) -> None:
     """Write ``images/`` (grader, judge) under ``root`` (the repository root)."""
     for rel, item in image_files().items():
@@ -117,6 +144,10 @@ def build(problems_root: Path, out: Path, manifest: Path, oracles: Path,
     ``images/`` under ``images`` when given)."""
     problems = load_problems(problems_root)
     chosen = select(problems, only)
+    foreign = foreign_dirs(out)
+    if foreign:
+        raise ForeignTaskError(f"{out.name}/{foreign[0]}/ is {FOREIGN_HINT}"
+                               + (f" ({len(foreign) - 1} more such folder(s))" if len(foreign) > 1 else ""))
     out.mkdir(parents=True, exist_ok=True)
     report = BuildReport(written=_render_into(out, chosen, oracles, remote_judge))
     expected = set(expected_dirs(problems))
@@ -125,7 +156,7 @@ def build(problems_root: Path, out: Path, manifest: Path, oracles: Path,
             shutil.rmtree(out / name)
             report.removed.append(name)
     present = [out / n for n in _present_dirs(out)]
-    manifest.write_text(manifest_toml(present))
+    write_dataset_files(manifest, present)
     report.manifest = manifest
     if images is not None:
         write_images(images)
@@ -182,6 +213,8 @@ def check(problems_root: Path, out: Path, manifest: Path, oracles: Path,
         for name in _present_dirs(out):
             if name not in names:
                 differences.append(f"stale    {out.name}/{name}/ (no such problem)")
+        for name in foreign_dirs(out):
+            differences.append(f"foreign  {out.name}/{name}/ ({FOREIGN_HINT})")
         if images is not None:
             registry = images / "registry.json"
             if not registry.is_file() or registry.read_text() != registry_json([fresh / n for n in names]):
@@ -191,4 +224,9 @@ def check(problems_root: Path, out: Path, manifest: Path, oracles: Path,
             differences.append(f"missing  {manifest.name}")
         elif manifest.read_text() != want:
             differences.append(f"changed  {manifest.name}")
+        metric = manifest.parent / METRIC_FILE
+        if not metric.is_file():
+            differences.append(f"missing  {METRIC_FILE}")
+        elif metric.read_bytes() != metric_bytes():
+            differences.append(f"changed  {METRIC_FILE}")
     return differences

@@ -7,9 +7,18 @@ the budget and sandbox numbers restate design.md §5.
 
 from __future__ import annotations
 
+# One dataset name everywhere: ``metakernelbench`` in registry.json (``harbor run --dataset
+# metakernelbench``); Harbor Hub packages are ``org/name``, so there it is the same name under the
+# organisation of the same name (``metakernelbench/metakernelbench``), as are the tasks.
 ORG = "metakernelbench"
-DATASET_NAME = f"{ORG}/metakernelbench"
+DATASET_NAME = "metakernelbench"
+HUB_DATASET_NAME = f"{ORG}/{DATASET_NAME}"
 DATASET_VERSION = "0.1.0"
+# Harbor's [task] authors and the dataset's: the project, not a person (no address is published).
+AUTHORS = ({"name": "MetaKernelBench contributors"},)
+# Harbor's [metadata] category for every task, and the licence of the generated task files (the project's).
+CATEGORY = "gpu-kernel-optimization"
+TASK_LICENSE = "Apache-2.0"
 DATASET_DESCRIPTION = (
     "MetaKernelBench: GPU kernel problems from production models, each in a CuTe DSL and a TIRx "
     "variant; the agent keeps a skill file whose transfer to the other DSL is measured."

@@ -1,9 +1,18 @@
-"""Write ``registry.json``: Harbor's legacy registry entry for the dataset (``harbor run -d``).
+"""Harbor's legacy registry entries for the dataset (``harbor run --dataset metakernelbench``).
 
-``harbor run -d metakernelbench@0.1.0 --registry-path registry.json`` (from the repository root)
-resolves every task to its folder under ``tasks/``; ``harbor run --repo ORG/REPO@REF -d
-metakernelbench@0.1.0`` reads the same file from a clone. The entries are validated with Harbor's
-own ``DatasetSpec`` model before they are written.
+Three forms of one entry, each validated with Harbor's own ``DatasetSpec`` before it is written:
+
+- ``registry.json`` at the repository root (``mkb build``): task paths relative to the repository,
+  no git URL. ``harbor run --repo ORG/REPO@REF --dataset metakernelbench`` reads it from a clone
+  (Harbor fills in the repository's URL), and from the repository root it works with
+  ``--registry-path registry.json``.
+- a local registry (``mkb registry``): absolute task paths, so ``harbor run --dataset
+  metakernelbench --registry-path FILE`` works from any folder and offline.
+- a git registry (``mkb registry --git-url URL --commit SHA``): every task pinned to a commit of a
+  public repository, the form a published registry (Harbor's own ``registry.json``) holds.
+
+The dataset metric (``tasks/metric.py``, a ``uv-script`` metric) needs a path Harbor can open where
+the job runs, so only the local form can name it; the others keep Harbor's ``mean``.
 """
 
 from __future__ import annotations
@@ -11,22 +20,53 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harbor.models.dataset.paths import DatasetPaths
 from harbor.models.registry import DatasetSpec
 
 from . import config
 
-REGISTRY_NAME = "metakernelbench"
+REGISTRY_NAME = config.DATASET_NAME
 
 
-def registry_json(task_dirs: list[Path]) -> str:
-    """The registry file for the task folders given (paths relative to the repository root)."""
+def _spec(tasks: list[dict], metrics: list[dict]) -> str:
     spec = {
         "name": REGISTRY_NAME,
         "version": config.DATASET_VERSION,
         "description": config.DATASET_DESCRIPTION,
-        "metrics": [{"type": "mean"}],
-        "tasks": [{"name": d.name, "path": f"tasks/{d.name}", "git_url": None, "git_commit_id": None}
-                  for d in sorted(task_dirs)],
+        "metrics": metrics,
+        "tasks": tasks,
     }
     DatasetSpec.model_validate(spec)
     return json.dumps([spec], indent=2) + "\n"
+
+
+def registry_json(task_dirs: list[Path]) -> str:
+    """The committed registry: paths relative to the repository root (``tasks/<name>``)."""
+    tasks = [{"name": d.name, "path": f"tasks/{d.name}", "git_url": None, "git_commit_id": None}
+             for d in sorted(task_dirs)]
+    return _spec(tasks, [{"type": "mean"}])
+
+
+def local_registry_json(tasks_dir: Path, task_dirs: list[Path], with_metric: bool) -> str:
+    """A registry whose task paths are absolute, so it does not depend on the current folder.
+
+    ``with_metric`` names ``tasks_dir/metric.py`` as the dataset's first metric (Harbor runs it with
+    ``uv``, so only when ``uv`` is installed); otherwise Harbor's ``mean`` is used.
+    """
+    root = tasks_dir.resolve()
+    tasks = [{"name": d.name, "path": str(root / d.name), "git_url": None, "git_commit_id": None}
+             for d in sorted(task_dirs)]
+    metric = root / DatasetPaths.METRIC_FILENAME
+    if with_metric and not metric.is_file():
+        raise FileNotFoundError(f"{metric} not found: run `mkb build` first")
+    metrics = [{"type": "uv-script", "kwargs": {"script_path": str(metric)}}] if with_metric else [{"type": "mean"}]
+    return _spec(tasks, metrics)
+
+
+def git_registry_json(task_dirs: list[Path], git_url: str, commit: str, tasks_subdir: str = "tasks") -> str:
+    """A registry pinning every task to ``commit`` of ``git_url`` (what a published registry holds)."""
+    if len(commit) != 40 or any(c not in "0123456789abcdef" for c in commit.lower()):
+        raise ValueError(f"--commit must be a full 40-character commit id, got {commit!r}")
+    tasks = [{"name": d.name, "path": f"{tasks_subdir}/{d.name}", "git_url": git_url, "git_commit_id": commit}
+             for d in sorted(task_dirs)]
+    return _spec(tasks, [{"type": "mean"}])

@@ -22,6 +22,7 @@ The grader itself runs in the judge (``verifier/judge``), in the per-DSL grader 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -70,6 +71,17 @@ def _toml_str(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def _toml_authors() -> str:
+    """``[task] authors`` as an inline TOML array of tables."""
+    return "[" + ", ".join("{ " + ", ".join(f"{k} = {_toml_str(v)}" for k, v in a.items()) + " }"
+                           for a in config.AUTHORS) + "]"
+
+
+def _tag(text: str) -> str:
+    """A source name as a tag: lower case, words joined by hyphens (``FlashInfer-Trace`` -> ``flashinfer-trace``)."""
+    return "-".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
 def _problem_relpath(problem: Problem) -> str:
     return f"problems/{problem.spec.family}/{problem.spec.path.name}"
 
@@ -95,6 +107,7 @@ def _judge_host(url: str) -> str:
 def _task_toml(problem: Problem, dsl: Dsl, remote_judge: str | None = None) -> str:
     spec, prov = problem.spec, problem.spec.provenance
     keywords = ["metakernelbench", "gpu-kernels", spec.family, dsl.key]
+    tags = [*keywords[1:], _tag(prov.source)]
     network = DOCKER_NETWORK
     if remote_judge:
         network = REMOTE_NETWORK.format(url=remote_judge, host=json.dumps(_judge_host(remote_judge)))
@@ -104,6 +117,12 @@ def _task_toml(problem: Problem, dsl: Dsl, remote_judge: str | None = None) -> s
         task=_toml_str(task_name(problem, dsl)),
         description=_toml_str(f"{spec.title.rstrip('.')} ({dsl.name})"),
         keywords=json.dumps(keywords),
+        authors=_toml_authors(),
+        author_name=_toml_str(config.AUTHORS[0]["name"]),
+        category=_toml_str(config.CATEGORY),
+        tags=json.dumps(tags),
+        task_license=config.TASK_LICENSE,
+        task_license_str=_toml_str(config.TASK_LICENSE),
         problem=_toml_str(spec.name),
         family=_toml_str(spec.family),
         dsl=_toml_str(dsl.key),
