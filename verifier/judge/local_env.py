@@ -212,6 +212,7 @@ class LocalEnvironment(BaseEnvironment):
         submit.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m metakernelbench.verifier.judge.submit "
                           '"$@"\n')
         submit.chmod(0o755)
+        self._write_login_profile()
         url = await asyncio.to_thread(ensure_judge, self._state, self._serve_args)
         admin = JudgeClient(url, (self._state / "admin.token").read_text().strip())
         task, minutes = self._task()
@@ -222,6 +223,19 @@ class LocalEnvironment(BaseEnvironment):
             token = admin.register(self.trial_name, task, minutes)["token"]
         env.update({"MKB_JUDGE_URL": f"unix:{SOCKET_MOUNT}/judge.sock", "MKB_JUDGE_TOKEN": token, "MKB_TASK": task})
         self._exec_env = env
+
+    def _write_login_profile(self) -> None:
+        """A ``~/.bash_profile`` that puts the sandbox's PATH back after ``/etc/profile``.
+
+        Terminus-2 runs its commands in ``bash --login`` inside tmux; the host's ``/etc/profile``
+        resets PATH (Debian's does), which would hide ``submit`` and the Python environment that
+        stands in for the image. A login shell reads ``~/.bash_profile`` after ``/etc/profile``.
+        """
+        path = self._environment(None)["PATH"]
+        self._host(f"{LOCAL}/home/.bash_profile").write_text(
+            "# Written by the local environment: /etc/profile may have reset PATH.\n"
+            f"export PATH={shlex.quote(path)}\n"
+            '[ -f "$HOME/.bashrc" ] && . "$HOME/.bashrc"\n')
 
     def _dsl_docs(self) -> None:
         """The image's generated DSL API reference (its one RUN step the sandbox needs), cached per DSL."""
