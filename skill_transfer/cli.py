@@ -149,6 +149,28 @@ def skill_check(
         raise typer.Exit(1)
 
 
+def check_submission_cmd(
+    jobs: list[Path] = typer.Argument(..., help="The submitted Harbor job folders (all four arms)."),
+    tasks: Path = typer.Option(Path("tasks"), "--tasks", help="The published tasks to check against."),
+) -> None:
+    """Check that submitted job folders followed the leaderboard protocol; exit 1 on any departure."""
+    from .submission import check_submission, dataset_version
+
+    if not (tasks / "dataset.toml").is_file():
+        typer.echo(f"error: {tasks} holds no dataset.toml (give the published tasks folder with --tasks)", err=True)
+        raise typer.Exit(2)
+    report = check_submission(jobs, tasks)
+    for line in report.problems:
+        typer.echo(line)
+    arms = ", ".join(f"{arm} {n}" for arm, n in report.arms.items()) or "none"
+    typer.echo(f"{report.trials} trial(s) of metakernelbench {dataset_version(tasks)}; arms: {arms}; "
+               f"agent: {report.agent or 'not one'}")
+    if not report.accepted:
+        typer.echo(f"rejected: {len(report.problems)} departure(s) from the protocol", err=True)
+        raise typer.Exit(1)
+    typer.echo("accepted")
+
+
 def register(app: typer.Typer) -> None:
     """Add this part's commands to the ``mkb`` app."""
     app.command("arms")(arms)
@@ -156,3 +178,4 @@ def register(app: typer.Typer) -> None:
     app.command("compare")(compare_cmd)
     app.command("report")(report_cmd)
     app.command("skill-check")(skill_check)
+    app.command("check-submission")(check_submission_cmd)
