@@ -175,6 +175,7 @@ class Worker:
         self.seen_violations = 0
         self.solve = None
         self.integrity: dict[str, int] = {}
+        self.deferred_checks = False  # light-checked calls ran since the last heavy checks
         # The submission can reach this class (not this instance) through the loaded module and replace
         # its methods; class attribute assignments raise no audit event. Every method is bound into
         # the instance now, before the submission is imported, so this worker keeps running the
@@ -184,6 +185,9 @@ class Worker:
                 self.__dict__[name] = value.__get__(self)
         self._integrity_now = _critical_callables
         self.bell = Doorbell.attach(setup.doorbell)
+        # bound now, like the methods above: a submission that replaces Doorbell.ready_and_wait on the
+        # class during the timing loop (where the integrity check is deferred) does not reach it
+        self._ready_and_wait = Doorbell.ready_and_wait.__get__(self.bell)
         self.box: sandbox.Sandbox | None = None
         self._sync = DeviceTools.sync.__get__(self.tools)  # bound now: later patches do not reach it
 
@@ -293,10 +297,10 @@ class Worker:
             elif thread_count() > self.thread_baseline and self.setup.mode == "candidate":
                 raise CallFailed("hack", f"threads grew from {self.thread_baseline} to {thread_count()} "
                                          "during timing (work left running after solve returned?)")
-        now = self._integrity_now()
-        if now != self.integrity:
-            changed = [k for k, v in now.items() if self.integrity.get(k) != v]
-            raise CallFailed("hack", f"timing or result functions were replaced: {changed}")
+        if req.light_checks:
+            self.deferred_checks = True
+        else:
+            self._heavy_checks()
         if self.tools.persisting_l2_bytes():
             raise CallFailed("violation", "the call set a persisting-L2 carve-out (cudaLimitPersistingL2CacheSize): "
                                           "forbidden, it keeps data in the L2 across the grader's flush")
@@ -305,6 +309,15 @@ class Worker:
         if len(self.guard.violations) > self.seen_violations:
             self.seen_violations = len(self.guard.violations)
             raise CallFailed(_violation_category(self.guard.violations), "; ".join(self.guard.violations))
+
+    def _heavy_checks(self) -> None:
+        """The grader's code in this process unchanged, and no native code from outside the
+        installed libraries mapped (after every call, or deferred to the fetch after a timing loop)."""
+        self.deferred_checks = False
+        now = self._integrity_now()
+        if now != self.integrity:
+            changed = [k for k, v in now.items() if self.integrity.get(k) != v]
+            raise CallFailed("hack", f"timing or result functions were replaced: {changed}")
         if self.box is not None:
             loaded = self.box.new_native_mappings()
             if loaded:
@@ -317,7 +330,7 @@ class Worker:
         self.tools.cold_l2()
         self._sync()
         bell = self.bell
-        if not bell.ready_and_wait(req.seq, GO_TIMEOUT_S):
+        if not self._ready_and_wait(req.seq, GO_TIMEOUT_S):
             self.fail(req.seq, "call", "runtime", "the grader never started the call")
             return
         try:
@@ -362,6 +375,12 @@ class Worker:
                   sent + [t for _, t in snapshots])
 
     def fetch(self, req: FetchRequest) -> None:
+        if self.deferred_checks:
+            try:
+                self._heavy_checks()
+            except CallFailed as exc:
+                self.fail(req.seq, "call", exc.category, str(exc))
+                return
         tensors, metas = [], []
         for call in req.calls:
             for out in self.kept.get(call, ()):
