@@ -31,6 +31,8 @@ MAX_POLLS = 200  # 10 minutes of polling per waiting step
 
 CHECK_EXIT_RE = r"\[local check exit code (\d+)\]"
 SUBMIT_EXIT_RE = r"\[submit exit code (\d+)\]"
+# the local check's printed result (digits first: the typed command shows the format string instead)
+DIFF_RE = r"largest difference from the reference on the small workload: ([0-9][^\s]*|nan|inf)"
 
 # Runs the kernel next to the reference on the small workload, on the CPU, and prints the largest
 # difference; typed into the sandbox's shell as a here-document (no tabs, no '!').
@@ -112,7 +114,7 @@ def skill_text(ctx: AttemptContext) -> str:
     status = _last(r"status: ([A-Z_]+)", ctx.terminal)
     speedup = _last(r"speedup: ([0-9.]+)x", ctx.terminal)
     check = _last(CHECK_EXIT_RE, ctx.terminal)
-    diff = _last(r"largest difference from the reference on the small workload: (\S+)", ctx.terminal)
+    diff = _last(DIFF_RE, ctx.terminal)
     if status is None:
         verdict = "The judge's report never arrived, so this attempt has no GPU evidence."
     elif speedup is not None and status == "PASSED":
@@ -120,7 +122,7 @@ def skill_text(ctx: AttemptContext) -> str:
     else:
         verdict = f"The judge graded the submitted kernel {status}."
     if check == "0" and diff is not None:
-        local = f"On the CPU at the small workload it matched the reference to within {diff}."
+        local = f"On the CPU at the small workload its largest difference from the reference was {diff}."
     elif check is not None:
         local = "Run on the CPU at the small workload it did not complete, so it was not checked locally."
     else:
@@ -133,8 +135,7 @@ def skill_text(ctx: AttemptContext) -> str:
 {verdict} {local}{notes}
 
 ## Split between eager PyTorch and {dsl}
-The whole computation is one {dsl} kernel; eager PyTorch only prepares contiguous inputs and
-allocates outputs.
+Not explored: this attempt replayed one prepared kernel and tried no other split.
 
 ## When this applies
 These notes come from a scripted demonstration attempt that replayed a prepared kernel, graded by

@@ -89,6 +89,10 @@ def test_evidence_in_the_skill_file():
     base = dict(task=TASK, dsl="tirx", kernel="", notes_given=False)
     failed = skill_text(AttemptContext(**base, terminal="[local check exit code 1]\nstatus: RUNTIME_ERROR\n"))
     assert "graded the submitted kernel RUNTIME_ERROR." in failed and "did not complete" in failed
+    typed_only = skill_text(AttemptContext(**base, terminal=(
+        'print(f"largest difference from the reference on the small workload: {worst:.3g}")\n'
+        "[local check exit code 1]\n")))
+    assert "did not complete" in typed_only  # the typed format string is no evidence
     silent = skill_text(AttemptContext(**base, terminal=""))
     assert "report never arrived" in silent and "not checked on the CPU" in silent
 

@@ -1,0 +1,225 @@
+"""A miniature transfer study, end to end, on a machine without a GPU or a model provider.
+
+What a real study does, with the two stand-ins that this machine needs:
+
+1. ``mkb arms`` writes the four arms' Harbor job configs for a few problems (Harbor's ``terminus-2``
+   agent, the no-Docker ``LocalEnvironment``, a judge grading on the CPU at the small workloads);
+2. ``harbor run -c`` runs the two solo arms; the model is the scripted one of ``scripted_model``
+   (an OpenAI-compatible server on 127.0.0.1 that writes a prepared kernel, checks it, submits it and
+   writes SKILL.md from the judge's report), reached by LiteLLM as any provider would be;
+3. ``mkb arms`` again attaches each solo attempt's SKILL.md to the paired task in the other DSL, and
+   ``harbor run -c`` runs those transfer attempts;
+4. ``mkb collect``, ``mkb compare`` and ``mkb report`` turn the job folders into the attempts table,
+   the paired comparison and the HTML report, which is marked as a demonstration.
+
+The TIRx kernels are the CPU (llvm) ones of ``tests/fixtures/kernels``; the CuTe DSL kernels are the
+GPU oracles, which cannot run without an NVIDIA GPU, so every CuTe DSL attempt here is graded
+RUNTIME_ERROR by the judge: that is what the grader says on this machine, and the report shows it.
+The numbers exercise the pipeline; they measure nothing about a model.
+
+    python -m demo.study [--out results/local/demo] [--problems 28,25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from metakernelbench.verifier.judge.local_env import stop_judge
+
+from .scripted_model import ModelConfig, serve_in_thread
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+MODEL = "openai/mkb-scripted"
+LOCAL_ENV = "metakernelbench.verifier.judge.local_env:LocalEnvironment"
+# the judge grades on the CPU at the small workloads, with fewer draws and timed calls (minutes, not hours)
+JUDGE_ARGS = "--devices cpu --small --draws 2 --warmup 2 --timed 5 --rechecks 1 --watch site"
+CPU_KERNELS = {"28": "rmsnorm_tirx_llvm.py", "25": "blockcopy_tirx_llvm.py"}
+MARKER = ".mkb-demo-study"  # only a folder holding this file is cleared before a new run
+BANNER = ("DEMONSTRATION RUN, NOT A MEASUREMENT: a scripted model replayed prepared kernels on a machine "
+          "without a GPU (TIRx compiled for the CPU; CuTe DSL cannot run there), timed at small workloads "
+          "on CPU cores that the concurrent trials share. The numbers show the pipeline working, nothing "
+          "about any model or kernel.")
+
+
+class StudyConfig(BaseModel):
+    """Where the study writes and what it covers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    out: Path
+    problems: list[str]
+    tasks_dir: Path = REPO / "tasks"
+
+    @property
+    def jobs(self) -> Path:
+        return self.out / "jobs"
+
+    @property
+    def runs(self) -> Path:
+        return self.out / "runs"
+
+
+class Progress:
+    """Timestamped progress lines on stdout."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def __call__(self, text: str) -> None:
+        print(f"[demo {time.monotonic() - self.started:4.0f} s] {text}", flush=True)
+
+
+def kernel_table(config: StudyConfig) -> dict[str, Path]:
+    """The kernel the scripted model writes for each task of the study."""
+    table: dict[str, Path] = {}
+    for problem in config.problems:
+        if problem not in CPU_KERNELS:
+            raise SystemExit(f"problem {problem}: no CPU kernel is prepared (choose from {sorted(CPU_KERNELS)})")
+        for dsl in ("tirx", "cutedsl"):
+            tasks = sorted(config.tasks_dir.glob(f"{problem}_*_{dsl}"))
+            if len(tasks) != 1:
+                raise SystemExit(f"problem {problem}: expected one {dsl} task under {config.tasks_dir}, "
+                                 f"found {len(tasks)}")
+            task = tasks[0].name
+            table[task] = (REPO / "tests" / "fixtures" / "kernels" / CPU_KERNELS[problem] if dsl == "tirx"
+                           else REPO / "oracles" / f"{task}.py")
+    return table
+
+
+def fresh_folder(out: Path) -> None:
+    if out.exists():
+        if not (out / MARKER).is_file():
+            raise SystemExit(f"{out} exists and was not made by this script; choose another --out")
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    (out / MARKER).write_text("made by demo/study.py; cleared by its next run\n")
+
+
+def base_config(config: StudyConfig, api_base: str) -> Path:
+    """The job settings every arm shares: agent, model endpoint, environment, judge."""
+    data = {
+        "n_concurrent_trials": len(config.problems),
+        "agents": [{"name": "terminus-2",
+                    "kwargs": {"api_base": api_base, "record_terminal_session": False}}],
+        "environment": {"import_path": LOCAL_ENV,
+                        "kwargs": {"judge_state": str(config.out / "judge"), "judge_args": JUDGE_ARGS}},
+    }
+    path = config.out / "base.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def run(cmd: list[str], log: Path | None = None, env: dict[str, str] | None = None) -> str:
+    """Run one of the product's commands; its output (or the log's tail) is shown when it fails."""
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+    if log is not None:
+        log.write_text(done.stdout + done.stderr)
+    if done.returncode:
+        sys.stdout.write(done.stdout[-3000:] + done.stderr[-3000:])
+        raise SystemExit(f"failed ({done.returncode}): {' '.join(cmd)}")
+    return done.stdout
+
+
+def arms(config: StudyConfig, base: Path) -> dict:
+    run([str(BIN / "mkb"), "arms", "--model", MODEL, "--tasks-dir", str(config.tasks_dir), "--jobs-dir",
+         str(config.jobs), "--out", str(config.runs), "--problems", ",".join(config.problems),
+         "--base-config", str(base)])
+    return json.loads((config.runs / "arms.json").read_text())
+
+
+def harbor_jobs(configs: list[str], config: StudyConfig, say: Progress) -> None:
+    """``harbor run -c`` for each config, all at once, with a line for every trial that finishes."""
+    # LiteLLM's OpenAI client wants a key (the local server ignores it) and would otherwise download
+    # its price list at import.
+    env = {**os.environ, "OPENAI_API_KEY": "scripted-local", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    logs = config.out / "logs"
+    logs.mkdir(exist_ok=True)
+    procs = []
+    for path in configs:
+        log = logs / f"{Path(path).parent.name}-{Path(path).stem}.log"
+        say(f"harbor run -c {Path(path).relative_to(config.out)}   (log: {log.relative_to(config.out)})")
+        with open(log, "w") as fh:
+            procs.append((path, log, subprocess.Popen([str(BIN / "harbor"), "run", "-c", path, "-y"], cwd=REPO,
+                                                      env=env, stdout=fh, stderr=subprocess.STDOUT)))
+    reported = {r.parent for r in config.jobs.glob("*/*/result.json")}  # earlier phases' trials
+    while True:
+        for result in sorted(config.jobs.glob("*/*/result.json")):
+            if result.parent not in reported and json.loads(result.read_text()).get("finished_at"):
+                reported.add(result.parent)
+                say(f"  trial finished: {trial_line(result)}")
+        if all(p.poll() is not None for _, _, p in procs):
+            break
+        time.sleep(2)
+    failed = [(path, log) for path, log, p in procs if p.returncode]
+    for _, log in failed:
+        sys.stdout.write(log.read_text()[-3000:])
+    if failed:
+        raise SystemExit(f"harbor run failed for {[path for path, _ in failed]}")
+
+
+def trial_line(result: Path) -> str:
+    data = json.loads(result.read_text())
+    rewards = (data.get("verifier_result") or {}).get("rewards") or {}
+    grade = result.parent / "verifier" / "grade.json"
+    status = json.loads(grade.read_text())["status"] if grade.is_file() else "no grade"
+    error = data.get("exception_info")
+    return (f"{result.parent.parent.name} / {data['task_name'].split('/')[-1]}: {status}, "
+            f"reward {rewards.get('reward', 0):.3g}" + (f" (exception: {error['exception_type']})" if error else ""))
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=REPO / "results" / "local" / "demo")
+    p.add_argument("--problems", default="28,25", help=f"comma-separated, from {sorted(CPU_KERNELS)}")
+    args = p.parse_args(argv)
+    config = StudyConfig(out=args.out.resolve(), problems=[x.strip() for x in args.problems.split(",") if x])
+    say = Progress()
+    fresh_folder(config.out)
+    kernels = kernel_table(config)
+    server = serve_in_thread(ModelConfig(kernels=kernels), log=config.out / "model.jsonl")
+    try:
+        say(f"scripted model ({MODEL}) listening at {server.base_url}; {len(kernels)} tasks: "
+            + ", ".join(sorted(kernels)))
+        base = base_config(config, server.base_url)
+        say("mkb arms: the four arms' job configs")
+        manifest = arms(config, base)
+        say("solo arms (Terminus-2 attempts on each task in each DSL)")
+        harbor_jobs(list(manifest["solo_configs"].values()), config, say)
+        say("mkb arms again: each solo SKILL.md attached to the paired task in the other DSL")
+        manifest = arms(config, base)
+        ready = [e["config"] for e in manifest["entries"] if e["state"] == "ready"]
+        other = [f"{e['arm']} {e['problem']}: {e['state']} ({e['reason']})" for e in manifest["entries"]
+                 if not e["arm"].startswith("solo") and e["state"] != "ready"]
+        for line in other:
+            say(f"  {line}")
+        say(f"transfer arms ({len(ready)} one-task jobs)")
+        harbor_jobs(ready, config, say)
+    finally:
+        server.shutdown()
+        stop_judge(config.out / "judge")
+    attempts = config.out / "attempts.jsonl"
+    say("mkb collect")
+    run([str(BIN / "mkb"), "collect", *map(str, sorted(config.jobs.iterdir())), "-o", str(attempts)])
+    say("mkb skill-check (the skills are prose)")
+    print(run([str(BIN / "mkb"), "skill-check", str(config.jobs)]).rstrip())
+    say("mkb compare")
+    print(run([str(BIN / "mkb"), "compare", str(attempts), "--n-boot", "500"]).rstrip())
+    say("mkb report")
+    run([str(BIN / "mkb"), "report", str(attempts), "-o", str(config.out / "report"), "--n-boot", "500",
+         "--note", BANNER])
+    say(f"done. Report of this demonstration run (not a measurement): {config.out / 'report' / 'index.html'}")
+
+
+if __name__ == "__main__":
+    main()
