@@ -63,7 +63,9 @@ def main() -> int:
     from h200_drift import Runner
 
     from metakernelbench.problems import find_problem
-    from metakernelbench.verifier.grader import Evaluation, GradeConfig, close_quietly, start_workers
+    from metakernelbench.verifier.checks import correctness
+    from metakernelbench.verifier.evaluation import Evaluation
+    from metakernelbench.verifier.launch import GradeConfig, close_quietly, start_workers
 
     problem = find_problem(args.problem)
     kernel = Path(args.kernel).resolve()
@@ -77,7 +79,7 @@ def main() -> int:
             ev = Evaluation(problem, kernel, args.dsl, torch.device(args.device), config, workers)
             ev.candidate.release()
             ev.await_candidate()
-            ev.correctness()
+            correctness(ev)
             rows: dict[str, list] = {v: [] for v in [*variants, "plain_process"]}
             for s in range(args.segments):
                 for v in random.Random(s).sample([*variants, "plain_process"], len(variants) + 1):

@@ -291,7 +291,7 @@ class Worker:
                     ilo, ihi = _storage_span(inp)
                     if lo < ihi and ilo < hi:
                         raise CallFailed("hack", f"output {i} shares memory with input {j}")
-        if req.check_threads:  # both modes: the reference pays the same overhead (see grader.trusted_timing)
+        if req.check_threads:  # both modes: the reference pays the same overhead (see timing.timing_loop)
             if self.thread_baseline is None:
                 self.thread_baseline = thread_count()
             elif thread_count() > self.thread_baseline and self.setup.mode == "candidate":

@@ -17,8 +17,9 @@ import pytest
 
 from metakernelbench.verifier import grader as grader_mod
 from metakernelbench.verifier.doorbell import DONE, GO, READY, Doorbell
-from metakernelbench.verifier.grader import LoopTimes, Verdict
+from metakernelbench.verifier.launch import Verdict
 from metakernelbench.verifier.result import Status
+from metakernelbench.verifier.timing import LoopTimes
 
 
 def _worker(path: str, calls: int, busy_s: float, out) -> None:

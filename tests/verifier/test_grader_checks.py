@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from metakernelbench.verifier.grader import Evaluation, Verdict
+from metakernelbench.verifier.evaluation import Evaluation
+from metakernelbench.verifier.launch import Verdict
 from metakernelbench.verifier.result import Mismatch, Status
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from metakernelbench.verifier.grader import _cpu_list, core_plan
+from metakernelbench.verifier.launch import _cpu_list, core_plan
 
 
 def test_cpu_lists_parse():

@@ -6,7 +6,7 @@ import time
 import pytest
 from judge_support import PROBLEM, TASK, FakeIsolation, fake_judge
 
-from metakernelbench.verifier import grader
+from metakernelbench.verifier import rules
 from metakernelbench.verifier.judge import service
 from metakernelbench.verifier.judge.client import JudgeClient, JudgeError, JudgeUnavailable, progress_line
 from metakernelbench.verifier.judge.store import Store
@@ -29,7 +29,7 @@ def attempt_client(running, key="trial-1", task=TASK, minutes=40):
 
 
 def test_limit_matches_the_grader():
-    assert service.MAX_KERNEL_BYTES == grader.MAX_KERNEL_BYTES
+    assert service.MAX_KERNEL_BYTES == rules.MAX_KERNEL_BYTES
 
 
 def test_budget_charging_and_refusals_that_cost_nothing(judge):

@@ -1,0 +1,85 @@
+"""The correctness stages against a stand-in evaluation: what each one asks of a call and how it ends."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from metakernelbench.verifier import checks
+from metakernelbench.verifier.launch import GradeConfig, Verdict
+from metakernelbench.verifier.result import Status
+from metakernelbench.verifier.timing import Stages
+from metakernelbench.verifier.wire import Outputs
+
+
+class _Spec:
+    outputs = ["y"]
+
+
+class _Candidate:
+    def __init__(self, tensors: list):
+        self.tensors = tensors
+        self.requests = []
+
+    def request(self, req, timeout):
+        self.requests.append(req)
+        return Outputs(nonce="n", seq=1, outputs=[]), self.tensors, None
+
+
+class _Evaluation:
+    """What the stages use of an ``Evaluation``; ``bad_draws`` are the draws whose check fails."""
+
+    def __init__(self, draws: int = 3, bad_draws: tuple = (), kept: list | None = None):
+        self.config = GradeConfig(correctness_draws=draws, warmup=2, timed=4, rechecks=2)
+        self.spec = _Spec()
+        self.bad_draws = set(bad_draws)
+        self.checked, self.untouched = [], []
+        self.candidate = _Candidate(kept or [])
+
+    def seed(self):
+        return 7
+
+    def draw(self, seed):
+        return (torch.zeros(2),)
+
+    def call(self, handle, inputs, **flags):
+        return None, [torch.zeros(2)], []
+
+    def check_call(self, seed, inputs, returned, draw, where, expected=None):
+        self.checked.append(where)
+        if draw in self.bad_draws:
+            raise Verdict(Status.INCORRECT, f"{where}: wrong")
+
+    def check_inputs_untouched(self, seed, inputs):
+        self.untouched.append(seed)
+
+
+def test_every_correctness_draw_is_checked_and_the_first_call_marks_the_compile():
+    ev, stages = _Evaluation(draws=3), Stages()
+    checks.correctness(ev, stages)
+    assert ev.checked == ["draw 0", "draw 1", "draw 2"]
+    assert len(ev.untouched) == 3
+    assert "compile" in stages.seconds
+
+
+def test_an_incorrect_draw_ends_the_stage_as_incorrect():
+    ev = _Evaluation(draws=3, bad_draws=(1,))
+    with pytest.raises(Verdict) as caught:
+        checks.correctness(ev)
+    assert caught.value.status is Status.INCORRECT
+    assert ev.checked == ["draw 0", "draw 1"]
+
+
+def test_rechecks_name_the_timed_call_they_judge():
+    ev = _Evaluation(kept=[torch.zeros(2), torch.zeros(2)])
+    done = checks.recheck(ev, [1, 2, 3, 4, 5, 6], {2: (11, ()), 4: (13, ())})
+    assert done == [0, 2]
+    assert ev.checked == ["timed call 0 (rechecked after timing)", "timed call 2 (rechecked after timing)"]
+    assert ev.candidate.requests[0].calls == [11, 13]
+
+
+def test_kept_outputs_that_went_missing_are_a_reward_hack():
+    ev = _Evaluation(kept=[torch.zeros(2)])
+    with pytest.raises(Verdict) as caught:
+        checks.recheck(ev, [1, 2, 3, 4, 5, 6], {2: (11, ()), 4: (13, ())})
+    assert caught.value.status is Status.REWARD_HACK

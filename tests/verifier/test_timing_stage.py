@@ -1,0 +1,97 @@
+"""The timing stage's own rules: stage clocks, the signal-gap verdict, re-timing when the GPU is shared."""
+
+from __future__ import annotations
+
+import pytest
+
+from metakernelbench.verifier import timing
+from metakernelbench.verifier.launch import GradeConfig, Verdict
+from metakernelbench.verifier.result import Status, Timing
+
+
+def test_stages_accumulate_wall_seconds_per_name():
+    stages = timing.Stages()
+    stages.mark("a")
+    stages.mark("b")
+    stages.mark("a")
+    assert set(stages.seconds) == {"a", "b"}
+    assert all(v >= 0 for v in stages.seconds.values())
+
+
+def test_median_of_odd_and_even_counts():
+    assert timing.median([3.0, 1.0, 2.0]) == 2.0
+    assert timing.median([4.0, 1.0, 2.0, 3.0]) == 2.5
+
+
+def _loop(gap_us: float, span_ms: float = 1.0, calls: int = 5) -> timing.LoopTimes:
+    return timing.LoopTimes([span_ms] * calls, [span_ms - gap_us / 1e3] * calls)
+
+
+def test_a_worker_stopwatch_far_below_the_grader_clock_on_every_call_is_a_reward_hack():
+    loop = _loop(gap_us=400.0)
+    with pytest.raises(Verdict) as caught:
+        timing.check_signal_gaps(loop, Timing.from_samples(loop.spans_ms), True, ref_gap_us=3.0)
+    assert caught.value.status is Status.REWARD_HACK
+
+
+@pytest.mark.parametrize("has_core_plan, ref_gap_us, gap_us", [
+    (False, 3.0, 400.0),  # no core of its own for the grader's spin: gaps prove nothing
+    (True, 80.0, 400.0),  # the trusted reference worker disagrees as much: the machine, not the worker
+    (True, 3.0, 3.0),  # an honest worker: a few microseconds
+])
+def test_gaps_prove_nothing_without_a_core_plan_or_a_trusted_agreement(has_core_plan, ref_gap_us, gap_us):
+    loop = _loop(gap_us=gap_us)
+    timing.check_signal_gaps(loop, Timing.from_samples(loop.spans_ms), has_core_plan, ref_gap_us)
+
+
+class _GpuOf:
+    def __init__(self, foreign_after: list[list[int]]):
+        self.answers = foreign_after
+
+    def foreign(self, ours):
+        return self.answers.pop(0) if self.answers else []
+
+
+class _FakeEvaluation:
+    """What ``time_candidate`` uses of an evaluation: the GPU's process list and the timing loop."""
+
+    def __init__(self, foreign: list[list[int]], clears: bool):
+        self.config = GradeConfig(warmup=1, timed=2, rechecks=1)
+        self.gpu = _GpuOf(foreign)
+        self.candidate = object()
+        self.loops = 0
+        self.clears = clears
+
+    def worker_pids(self):
+        return {1}
+
+    def gpu_is_ours(self):
+        return [] if self.clears else [99]
+
+
+@pytest.fixture
+def counted_loops(monkeypatch):
+    def fake_loop(ev, handle, seeds, warmup, keep):
+        ev.loops += 1
+        return timing.LoopTimes([1.0], [1.0])
+
+    monkeypatch.setattr(timing, "timing_loop", fake_loop)
+
+
+def test_an_exclusive_gpu_is_timed_once(counted_loops):
+    ev = _FakeEvaluation(foreign=[[]], clears=True)
+    _, keep, retimed = timing.time_candidate(ev, [1, 2, 3], [2])
+    assert ev.loops == 1 and retimed is None and list(keep) == [2]
+
+
+def test_a_process_that_shared_the_gpu_means_timing_again(counted_loops):
+    ev = _FakeEvaluation(foreign=[[4242]], clears=True)
+    _, _, retimed = timing.time_candidate(ev, [1, 2, 3], [2])
+    assert ev.loops == 2 and "4242" in retimed
+
+
+def test_a_process_that_stays_on_the_gpu_is_an_infra_error(counted_loops):
+    ev = _FakeEvaluation(foreign=[[4242]], clears=False)
+    with pytest.raises(Verdict) as caught:
+        timing.time_candidate(ev, [1, 2, 3], [2])
+    assert caught.value.status is Status.INFRA_ERROR

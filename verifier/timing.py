@@ -1,0 +1,153 @@
+"""The timing stage: the grader's clock over a worker's calls, the eager baseline, and what the
+doorbell's signals say about the worker's honesty.
+
+Every timed call goes through ``Evaluation.call``: the span between the grader's GO and the
+worker's DONE in shared memory (``doorbell``) is the call's time. ``timing_loop`` times one side
+(the candidate, or the trusted reference worker for the eager baseline); ``time_candidate`` adds
+the GPU-exclusivity rule (time again, or INFRA_ERROR, never a silently slow grade);
+``check_signal_gaps`` turns a worker stopwatch that disagrees with the grader on every call into
+REWARD_HACK.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from . import baseline as baseline_mod
+from .launch import Verdict, WorkerHandle
+from .protocol import FetchRequest
+from .result import Status, Timing
+
+if TYPE_CHECKING:
+    from .evaluation import Evaluation
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
+
+
+@dataclass
+class LoopTimes:
+    """One side's timed calls by the grader's clock, and what its worker's own stopwatch said."""
+
+    spans_ms: list[float]
+    worker_ms: list[float]
+    returned_ms: list[float] = field(default_factory=list)  # worker-reported host time until solve returned
+
+    def signal_overhead_us(self) -> tuple[float, float, float]:
+        """Median, min and max of (grader span - worker stopwatch), in microseconds: the doorbell's
+        cost, which is all an honest worker's gap is."""
+        gaps = sorted(1e3 * (s - w) for s, w in zip(self.spans_ms, self.worker_ms, strict=True))
+        return (median(gaps), gaps[0], gaps[-1]) if gaps else (0.0, 0.0, 0.0)
+
+
+class Stages:
+    """Wall seconds per grading stage, for the result's breakdown."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._at = time.perf_counter()
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self._at, 3)
+        self._at = now
+
+
+@dataclass
+class EagerBaseline:
+    """The eager reference's timing for one grading."""
+
+    base: Timing  # the baseline the speedup divides (cached or measured now)
+    check: Timing  # this grading's short re-timing of it
+    drift: float  # |check - base| / base, by medians
+    remeasured: bool  # the cached baseline drifted and was measured again
+    source: str  # "cached" or "measured"
+    ref_gap_us: float  # the trusted reference worker's smallest signal gap (grader span - its stopwatch)
+
+
+def timing_loop(ev: Evaluation, handle: WorkerHandle, seeds: list[int], warmup: int,
+                keep: dict[int, tuple] | None) -> LoopTimes:
+    """Time one side: each call's span between GO and DONE on the grader's clock."""
+    spans, own, returned = [], [], []
+    for i, seed in enumerate(seeds):
+        timed = i >= warmup
+        inputs = ev.draw(seed)
+        result, _, _ = ev.call(handle, inputs, keep_outputs=timed and keep is not None,
+                                 check_threads=timed, light_checks=True)
+        if timed:
+            spans.append(ev.last_span_ns / 1e6)
+            own.append(result.elapsed_ns / 1e6)
+            returned.append(result.returned_ns / 1e6)
+            if keep is not None and i in keep:
+                # in-place inputs now hold the call's results: copy them as they are when the
+                # reply arrives, so work still running in the candidate cannot finish them later
+                keep[i] = (result.seq, tuple(v.clone() if name in ev.spec.inplace else v
+                                             for name, v in zip(ev.spec.inputs, inputs, strict=True)))
+    # the checks the loop's calls deferred (``CallRequest.light_checks``) run now, before any
+    # figure of this loop is used: a fetch of nothing
+    handle.request(FetchRequest(0, "", []), ev.config.call_timeout_s)
+    return LoopTimes(spans, own, returned)
+
+
+def eager_baseline(ev: Evaluation, device_name: str) -> EagerBaseline:
+    """The eager reference's baseline (cached, or measured now) and this grading's check of it."""
+    cfg = ev.config
+    key = baseline_mod.baseline_key(ev.spec.path, ev.spec.workload, device_name,
+                                    cfg.eager_baseline_warmup, cfg.eager_baseline_timed)
+    cache = baseline_mod.default_cache_dir() if cfg.eager_cache else None
+    cached = baseline_mod.load(cache, key)
+    check_seeds = [ev.seed() for _ in range(cfg.eager_check_warmup + cfg.eager_check_timed)]
+    check_loop = timing_loop(ev, ev.reference, check_seeds, cfg.eager_check_warmup, None)
+    check = Timing.from_samples(check_loop.spans_ms)
+    ref_gap_us = check_loop.signal_overhead_us()[1]
+    if cached is not None:
+        base = Timing.from_samples(cached.samples_ms)
+        drift = abs(check.median_ms - base.median_ms) / base.median_ms
+        if drift <= cfg.eager_drift_flag:
+            return EagerBaseline(base, check, drift, False, "cached", ref_gap_us)
+    seeds = [ev.seed() for _ in range(cfg.eager_baseline_warmup + cfg.eager_baseline_timed)]
+    loop = timing_loop(ev, ev.reference, seeds, cfg.eager_baseline_warmup, None)
+    base = Timing.from_samples(loop.spans_ms)
+    baseline_mod.store(cache, baseline_mod.make_entry(key, loop.spans_ms, base.median_ms, device_name))
+    drift = abs(check.median_ms - base.median_ms) / base.median_ms
+    return EagerBaseline(base, check, drift, cached is not None, "measured", ref_gap_us)
+
+
+def time_candidate(ev: Evaluation, seeds: list[int], recheck_at: list[int]) -> tuple[LoopTimes, dict, str | None]:
+    """Time the candidate alone on the GPU: (its loop, the kept calls to recheck, why it was re-timed).
+
+    Another process on the GPU before timing means waiting and then INFRA_ERROR; one that appears
+    during timing means waiting for it and timing again, never a silently slow grade.
+    """
+    keep: dict[int, tuple] = dict.fromkeys(recheck_at)
+    loop = timing_loop(ev, ev.candidate, seeds, ev.config.warmup, keep)
+    others = ev.gpu.foreign(ev.worker_pids()) if ev.config.exclusive_gpu else []
+    if not others:
+        return loop, keep, None
+    if ev.gpu_is_ours():
+        raise Verdict(Status.INFRA_ERROR, f"other processes held the GPU during timing ({others})")
+    keep = dict.fromkeys(recheck_at)
+    loop = timing_loop(ev, ev.candidate, seeds, ev.config.warmup, keep)
+    return loop, keep, f"another process ({others}) held the GPU during the first timing"
+
+
+def check_signal_gaps(loop: LoopTimes, kernel: Timing, has_core_plan: bool, ref_gap_us: float) -> None:
+    """REWARD_HACK when the candidate worker's stopwatch reads far below the grader's clock on every
+    call while the trusted reference worker's agrees with it on this machine.
+
+    The grade uses the grader's clock, but an honest worker's stopwatch agrees with it to a few
+    microseconds: a gap on every call means its reporting was replaced. Only where the grader's
+    spin has a core of its own: on a machine with too few cores a scheduler tick can delay every
+    look, and nothing is concluded from the gaps there.
+    """
+    _, sig_min, _ = loop.signal_overhead_us()
+    min_span_us = 1e3 * kernel.min_ms
+    if has_core_plan and sig_min > max(0.25 * min_span_us, 50.0) and ref_gap_us < 50.0:
+        raise Verdict(Status.REWARD_HACK, f"the worker's own stopwatch read at least {sig_min:.1f} us less "
+                                          "than the grader's clock on every call (its timing code was "
+                                          "tampered with)")
