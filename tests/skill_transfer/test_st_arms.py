@@ -7,12 +7,12 @@ import pytest
 import yaml
 from harbor.models.job.config import JobConfig
 from harbor.models.trial.config import AgentConfig
+from st_synthetic import FakeAttempt, write_job, write_task
 from typer.testing import CliRunner
 
 from metakernelbench.cli import app
 from metakernelbench.skill_transfer.arms import ArmsError, ArmsOptions, plan_arms
 from metakernelbench.skill_transfer.skill import BEGIN_MARK, END_MARK, skill_from_attachment
-from metakernelbench.skill_transfer.synthetic import FakeAttempt, write_job, write_task
 
 MODEL = "acme/coder-7"
 RMS = "28_fused_add_rmsnorm_h4096_llama31_8b_bf16"

@@ -10,12 +10,12 @@ from harbor.models.trial.artifact_manifest import ArtifactManifestEntry
 from harbor.models.trial.config import TrialConfig
 from harbor.models.trial.paths import TrialPaths
 from harbor.models.trial.result import TrialResult
+from st_synthetic import FakeAttempt, write_job
 from typer.testing import CliRunner
 
 from metakernelbench.cli import app
 from metakernelbench.skill_transfer.collect import collect
 from metakernelbench.skill_transfer.skill import render_attachment
-from metakernelbench.skill_transfer.synthetic import FakeAttempt, write_job
 from metakernelbench.verifier.result import GradeResult
 
 MODEL = "acme/coder-7"

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 from harbor.models.trial.result import TrialResult
+from st_synthetic import FakeAttempt, write_job, write_task
 from typer.testing import CliRunner
 
 from metakernelbench.cli import app
 from metakernelbench.skill_transfer.collect import collect
 from metakernelbench.skill_transfer.compare import compare
-from metakernelbench.skill_transfer.synthetic import FakeAttempt, write_job, write_task
 
 pytestmark = [
     pytest.mark.slow,

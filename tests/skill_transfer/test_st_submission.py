@@ -6,6 +6,7 @@ import shutil
 import pytest
 from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
+from st_synthetic import FakeAttempt, write_job
 from typer.testing import CliRunner
 
 from metakernelbench.adapters.build import build
@@ -13,7 +14,6 @@ from metakernelbench.cli import app
 from metakernelbench.problems import PROBLEMS_DIR, REPO_ROOT
 from metakernelbench.skill_transfer.skill import render_attachment
 from metakernelbench.skill_transfer.submission import check_submission
-from metakernelbench.skill_transfer.synthetic import FakeAttempt, write_job
 
 PROBLEMS = ("28_fused_add_rmsnorm_h4096_llama31_8b_bf16", "25_batched_kv_cache_block_copy_remap_uint8")
 MODEL = "provider/model-x"

@@ -11,7 +11,7 @@ here. The layout was checked against a real ``harbor run`` of the oracle agent (
 ``tests/skill_transfer/test_st_harbor_e2e.py``); the ``lock.json`` files Harbor also writes are
 left out (nothing here reads them).
 
-``python -m metakernelbench.skill_transfer.synthetic OUT`` writes a seeded two-model study (the
+``python tests/skill_transfer/st_synthetic.py OUT`` writes a seeded two-model study (the
 sample report in ``docs/skill-transfer.md`` is made from it).
 """
 
@@ -41,12 +41,11 @@ from harbor.models.trial.result import (
 )
 from harbor.models.verifier.result import VerifierResult
 
+from metakernelbench.skill_transfer.arms import DEFAULT_ARTIFACTS, model_slug, solo_job_name, transfer_job_name
+from metakernelbench.skill_transfer.families import FAMILY_ID_RANGES
+from metakernelbench.skill_transfer.models import direction_of
+from metakernelbench.skill_transfer.skill import render_attachment
 from metakernelbench.verifier.result import SPEEDUP_CAP, GradeResult, Status
-
-from .arms import DEFAULT_ARTIFACTS, model_slug, solo_job_name, transfer_job_name
-from .families import FAMILY_ID_RANGES
-from .models import direction_of
-from .skill import render_attachment
 
 EPOCH = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
@@ -344,7 +343,7 @@ def synthetic_study(
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        raise SystemExit("usage: python -m metakernelbench.skill_transfer.synthetic OUT_DIR")
+        raise SystemExit("usage: python tests/skill_transfer/st_synthetic.py OUT_DIR")
     out = Path(args[0])
     jobs = synthetic_study(out)
     print(f"wrote {len(jobs)} synthetic Harbor job folders under {out / 'jobs'}")
