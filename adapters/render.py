@@ -176,7 +176,7 @@ def _judge_client(prefix: str, modules: tuple[str, ...]) -> dict[str, TaskFile]:
 def _compose_values() -> dict[str, str]:
     return {"judge_image": config.JUDGE_IMAGE, "network": config.JUDGE_NETWORK,
             "secrets_volume": config.JUDGE_SECRETS_VOLUME, "port": str(config.JUDGE_PORT),
-            "judge_url": config.JUDGE_URL}
+            "judge_url": config.JUDGE_URL, "base_image": config.BASE_IMAGE}
 
 
 def _sandbox_files(problem: Problem, dsl: Dsl, task: str) -> dict[str, TaskFile]:

@@ -3,7 +3,10 @@
 #   every TIRx task (image metakernelbench/grader-tirx:0.1.0)
 # The layers down to the TIRx install are the same in the sandbox and grader images of every
 # TIRx task, so Docker builds them once.
-FROM nvidia/cuda:13.0.2-devel-ubuntu24.04
+# The base image is a build argument (docs/running.md): NVIDIA's CUDA image by default; on a host
+# without an image registry, one built from Debian packages (images/debian-base.sh, CPU only).
+ARG BASE_IMAGE=nvidia/cuda:13.0.2-devel-ubuntu24.04
+FROM ${BASE_IMAGE}
 
 ENV DEBIAN_FRONTEND=noninteractive \
     PIP_NO_CACHE_DIR=1 \
@@ -17,7 +20,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && python3 -m venv /opt/venv
 
-# Python 3.12 (Ubuntu 24.04). torch 2.11.0 from PyPI is the CUDA 13.0 (cu130) build.
+# Python 3.12 (Ubuntu 24.04; 3.13 on the Debian 13 base). torch 2.11.0 from PyPI is the CUDA 13.0 (cu130) build.
 RUN pip install torch==2.11.0 numpy==2.5.5 pydantic==2.14.4 typer==0.29.2 rich==15.0.0 setuptools==80.9.0
 
 # TIRx only. torch pulls in Triton, a forbidden kernel language: it is removed.

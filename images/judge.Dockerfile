@@ -2,7 +2,10 @@
 # The judge service (and the per-trial relay). It holds no GPU itself: through the Docker socket it
 # starts one container of images/grader-<dsl>.Dockerfile per evaluation. Built from the repository root:
 #   docker build -f images/judge.Dockerfile -t metakernelbench/judge:0.1.0 .
-FROM nvidia/cuda:13.0.2-devel-ubuntu24.04
+# The base image is a build argument (docs/running.md): NVIDIA's CUDA image by default; on a host
+# without an image registry, one built from Debian packages (images/debian-base.sh, CPU only).
+ARG BASE_IMAGE=nvidia/cuda:13.0.2-devel-ubuntu24.04
+FROM ${BASE_IMAGE}
 
 ENV DEBIAN_FRONTEND=noninteractive \
     PIP_NO_CACHE_DIR=1 \

@@ -3,7 +3,10 @@
 #   {{ task }}
 # The layers down to the {{ dsl_name }} install are the same in the sandbox and grader images of every
 # {{ dsl_name }} task, so Docker builds them once.
-FROM {{ base_image }}
+# The base image is a build argument (docs/running.md): NVIDIA's CUDA image by default; on a host
+# without an image registry, one built from Debian packages (images/debian-base.sh, CPU only).
+ARG BASE_IMAGE={{ base_image }}
+FROM ${BASE_IMAGE}
 
 ENV DEBIAN_FRONTEND=noninteractive \
     PIP_NO_CACHE_DIR=1 \
@@ -17,7 +20,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && python3 -m venv /opt/venv
 
-# Python 3.12 (Ubuntu 24.04). torch 2.11.0 from PyPI is the CUDA 13.0 (cu130) build.
+# Python 3.12 (Ubuntu 24.04; 3.13 on the Debian 13 base). torch 2.11.0 from PyPI is the CUDA 13.0 (cu130) build.
 RUN pip install {{ common_pins }}
 
 # {{ dsl_name }} only. torch pulls in Triton, a forbidden kernel language: it is removed.

@@ -191,7 +191,7 @@ def test_images_pin_versions_and_keep_tests_out_of_the_sandbox(built):
         sandbox = (task / "environment/Dockerfile").read_text()
         grader = images[f"images/grader-{dsl.key}.Dockerfile"].content.decode()
         for image in (sandbox, grader):
-            assert f"FROM {BASE_IMAGE}" in image
+            assert f"ARG BASE_IMAGE={BASE_IMAGE}\nFROM ${{BASE_IMAGE}}\n" in image  # a build argument
             assert "torch==2.11.0" in image and "pip uninstall -y triton" in image
             for package in dsl.packages:
                 assert package in image
@@ -207,8 +207,15 @@ def test_images_pin_versions_and_keep_tests_out_of_the_sandbox(built):
         assert shared == grader.split("# ---- the grader")[0].split("FROM")[1]
         verifier = (task / "tests/Dockerfile").read_text()
         assert "COPY . /tests/" in verifier and "torch" not in verifier and "pip" not in verifier
+        assert f"ARG BASE_IMAGE={BASE_IMAGE}\nFROM ${{BASE_IMAGE}}\n" in verifier
+        for compose in ("environment/docker-compose.yaml", "tests/docker-compose.yaml"):
+            main = yaml.safe_load((task / compose).read_text())["services"]["main"]
+            assert main["build"]["args"] == {"BASE_IMAGE": f"${{MKB_BASE_IMAGE:-{BASE_IMAGE}}}"}
     judge = images["images/judge.Dockerfile"].content.decode()
     assert "docker==7.1.0" in judge and "torch" not in judge
+    assert f"ARG BASE_IMAGE={BASE_IMAGE}\nFROM ${{BASE_IMAGE}}\n" in judge
+    compose = yaml.safe_load(images["images/judge-compose.yaml"].content)
+    assert compose["services"]["judge"]["build"]["args"] == {"BASE_IMAGE": f"${{MKB_BASE_IMAGE:-{BASE_IMAGE}}}"}
 
 
 def test_solution_installs_the_oracle(built):

@@ -2,7 +2,10 @@
 # The judge service (and the per-trial relay). It holds no GPU itself: through the Docker socket it
 # starts one container of images/grader-<dsl>.Dockerfile per evaluation. Built from the repository root:
 #   docker build -f images/judge.Dockerfile -t {{ judge_image }} .
-FROM {{ base_image }}
+# The base image is a build argument (docs/running.md): NVIDIA's CUDA image by default; on a host
+# without an image registry, one built from Debian packages (images/debian-base.sh, CPU only).
+ARG BASE_IMAGE={{ base_image }}
+FROM ${BASE_IMAGE}
 
 ENV DEBIAN_FRONTEND=noninteractive \
     PIP_NO_CACHE_DIR=1 \
