@@ -11,10 +11,11 @@ import typer
 
 from .arms import ArmsError, ArmsOptions, plan_arms
 from .collect import collect, read_attempts
-from .compare import compare, render_tables
+from .compare import compare
 from .hygiene import check_skill
 from .models import DIRECTIONS, DSLS
 from .report import write_report
+from .tables import render_tables
 
 
 def _parse_kwargs(pairs: list[str]) -> dict[str, object]:

@@ -17,9 +17,10 @@ from html import escape
 from pathlib import Path
 
 from . import svg
-from .compare import CELL_HEADERS, cell_rows, chosen_attempts, compare, md_table, pct, render_tables
+from .compare import chosen_attempts, compare
 from .hygiene import KINDS
 from .models import DIRECTIONS, STANDINGS, STATUS_SKIPPED, Attempt, CompareResult
+from .tables import CELL_HEADERS, cell_rows, md_table, pct, render_tables
 
 DEFINITIONS = """\
 Per (model, problem, direction) the transfer attempt is compared with the solo attempt on the same

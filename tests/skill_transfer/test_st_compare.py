@@ -11,7 +11,8 @@ from paired_fixture import FIXTURE, LIFT_C2T, LIFT_T2C, c2t, solo
 from typer.testing import CliRunner
 
 from metakernelbench.cli import app
-from metakernelbench.skill_transfer.compare import compare, render_tables
+from metakernelbench.skill_transfer.compare import compare
+from metakernelbench.skill_transfer.tables import render_tables
 
 
 @pytest.fixture(scope="module")
