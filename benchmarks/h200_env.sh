@@ -9,4 +9,11 @@ for part in verifier adapters skill_transfer; do
   [ -e "metakernelbench/$part" ] || ln -s "../$part" "metakernelbench/$part"
 done
 export PYTHONPATH=$PWD:/tmp/site:$PYTHONPATH PYTHONUNBUFFERED=1
+# Bytecode, as a pip install leaves it: the bundle's wheels are unzipped without __pycache__, and the
+# grader's workers run with PYTHONDONTWRITEBYTECODE (they never write outside their scratch folder),
+# so without this every worker would compile the DSLs' Python sources again when it starts.
+if [ ! -e /tmp/mkb-site/.bytecode ]; then
+  python3 -m compileall -q -j 0 /tmp/mkb-site /tmp/site >/dev/null 2>&1; touch /tmp/mkb-site/.bytecode
+fi
+python3 -m compileall -q -j 0 metakernelbench verifier adapters skill_transfer problems >/dev/null 2>&1
 python3 -c 'import metakernelbench.verifier.grader, torch; print("mkb env ok", torch.__version__, torch.cuda.get_device_name())'
