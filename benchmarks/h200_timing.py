@@ -5,14 +5,16 @@
 
 For each oracle kernel under ``oracles/``:
 - the independent loop (``independent_loop.py``, which imports nothing of the grader): kernel and
-  eager medians in one plain process, before the gradings and again after them (its own spread
-  between two runs, ``independent_after_kernel_ms``);
-- ``--gradings`` gradings through ``mkb grade`` (the CLI, one process per grading, as a user runs it);
-- ``--gradings`` gradings through the judge (a local judge with subprocess isolation, the sandbox's
-  own ``submit`` client), one attempt token per oracle.
+  eager medians in one plain process, before the gradings and again after them, and with
+  ``--interleave`` between every round of gradings too (the host's launch speed drifts within the
+  hour, ``results/h200/drift.json``: each grading is then also compared with the loops run just
+  before and after it, ``ratio_to_adjacent_independent``);
+- ``--gradings`` rounds, each one grading through ``mkb grade`` (the CLI, one process per grading,
+  as a user runs it) and one through the judge (a local judge with subprocess isolation, the
+  sandbox's own ``submit`` client, one attempt token per oracle), taking turns.
 
 One entry per (oracle, path) in ``entries``: kernel_ms / eager_ms / speedup (one value per grading),
-their median, ``ratio_to_independent`` (median kernel_ms / independent kernel_ms), ``within`` (the
+their median, ``ratio_to_independent`` (median kernel_ms / the independent runs' median), ``within`` (the
 contract: within 5 % or 10 us of the independent loop), ``speedup_cv``, ``grading_s`` and the
 per-stage breakdown of every grading. The record carries the command, commit, device and date.
 """
@@ -72,11 +74,39 @@ def grade_cli(problem: str, kernel: Path, dsl: str) -> dict:
     return result
 
 
-def summarize(task: str, path: str, ind: dict, results: list[dict], grading_s: list[float]) -> dict:
+def grade_once(path: str, pid: str, kernel: Path, dsl: str, task: str, judge, token) -> tuple[dict, float]:
+    """One grading through ``mkb grade`` or the judge: (its result, its wall seconds)."""
+    if path == "mkb_grade":
+        r = grade_cli(pid, kernel, dsl)
+        return r, r.get("grade_wall_s") or 0.0
+    if path == "judge" and judge is not None:
+        out: dict = {}
+        sandbox_submit(judge[1], token, f"metakernelbench/{task}", kernel, out)
+        answer = out.get("answer", {})
+        r = dict(answer.get("result") or {})
+        r.setdefault("status", answer.get("status"))
+        return r, answer.get("wall_s") or 0.0
+    return {"status": "NOT_RUN", "message": f"unknown path {path!r}"}, 0.0
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float))
+
+
+def summarize(task: str, path: str, inds: list[dict], results: list[dict], grading_s: list[float],
+              interleaved: bool = False) -> dict:
+    """One (oracle, path) entry. ``inds``: the independent loop's runs of this oracle, in order (with
+    ``interleaved``, run i and i+1 bracket grading i, so each grading has its own neighbours)."""
     kernel = [r.get("kernel_ms") for r in results]
     speed = [r.get("speedup") for r in results]
-    entry = {"task": task, "path": path, "independent_kernel_ms": ind.get("kernel_ms"),
-             "independent_eager_ms": ind.get("eager_ms"), "independent_speedup": ind.get("speedup"),
+    ind_kernel = [i.get("kernel_ms") for i in inds]
+    ind_ok = [k for k in ind_kernel if _number(k)]
+    ind_speed = [i.get("speedup") for i in inds if _number(i.get("speedup"))]
+    ind_eager = [i.get("eager_ms") for i in inds if _number(i.get("eager_ms"))]
+    ind_ms = statistics.median(ind_ok) if ind_ok else None
+    entry = {"task": task, "path": path, "independent_kernel_ms": ind_ms, "independent_kernel_ms_runs": ind_kernel,
+             "independent_eager_ms": statistics.median(ind_eager) if ind_eager else None,
+             "independent_speedup": statistics.median(ind_speed) if ind_speed else None,
              "statuses": [r.get("status") for r in results], "kernel_ms": kernel,
              "eager_ms": [r.get("eager_ms") for r in results], "speedup": speed, "grading_s": grading_s,
              "stages_s": [r.get("stages_s") for r in results],
@@ -86,14 +116,21 @@ def summarize(task: str, path: str, ind: dict, results: list[dict], grading_s: l
                                     if k.startswith("candidate_start_")} for r in results[:1]],
              "eager_baseline": [(r.get("details") or {}).get("eager_baseline") for r in results],
              "sandbox": results[0].get("sandbox") if results else None}
-    ok_k = [k for k in kernel if isinstance(k, (int, float))]
-    ok_s = [s for s in speed if isinstance(s, (int, float))]
-    if ok_k and ind.get("kernel_ms"):
+    if len(inds) >= 2:
+        entry["independent_after_kernel_ms"] = ind_kernel[-1]
+    ok_k = [k for k in kernel if _number(k)]
+    ok_s = [s for s in speed if _number(s)]
+    if ok_k and ind_ms:
         med = statistics.median(ok_k)
         entry["kernel_ms_median"] = med
-        entry["ratio_to_independent"] = med / ind["kernel_ms"]
-        entry["abs_diff_us"] = abs(med - ind["kernel_ms"]) * 1e3
-        entry["within"] = abs(med / ind["kernel_ms"] - 1) <= 0.05 or entry["abs_diff_us"] <= 10.0
+        entry["ratio_to_independent"] = med / ind_ms
+        entry["abs_diff_us"] = abs(med - ind_ms) * 1e3
+        entry["within"] = abs(med / ind_ms - 1) <= 0.05 or entry["abs_diff_us"] <= 10.0
+    if interleaved and len(ind_kernel) == len(kernel) + 1:
+        # each grading against the mean of the independent runs just before and just after it
+        entry["ratio_to_adjacent_independent"] = [
+            k / (0.5 * (a + b)) if _number(k) and _number(a) and _number(b) else None
+            for k, a, b in zip(kernel, ind_kernel[:-1], ind_kernel[1:], strict=True)]
     if len(ok_s) >= 2:
         entry["speedup_cv"] = statistics.pstdev(ok_s) / statistics.mean(ok_s)
     if grading_s:
@@ -109,12 +146,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--paths", default="mkb_grade,judge")
     p.add_argument("--device", default="cuda:0")
     p.add_argument("--merge", action="store_true", help="keep entries of an existing --out not re-measured")
+    p.add_argument("--interleave", action="store_true",
+                   help="run the independent loop between gradings too (each grading gets its own neighbours)")
     args = p.parse_args(argv)
     command = "python3 benchmarks/h200_timing.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     only = {k.strip() for k in args.only.split(",") if k.strip()} or None
     paths = [x.strip() for x in args.paths.split(",") if x.strip()]
     run = {"command": command, "commit": _git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
-           "device": _device_name(args.device), "gradings": args.gradings}
+           "device": _device_name(args.device), "gradings": args.gradings, "interleave": args.interleave}
     record: dict = {"contract": "grader kernel_ms within 5 % or 10 us of the independent loop; speedup CV <= 2 %",
                     "runs": [], "entries": []}
     if args.merge and args.out.exists():
@@ -138,37 +177,25 @@ def main(argv: list[str] | None = None) -> int:
         for key, pid, dsl, kernel in oracles(only):
             problem = find_problem(pid)
             task = f"{problem.spec.name}_{dsl}"
-            ind = independent(problem.spec.path, kernel)
-            ind_after = None
-            print(f"[{key}] independent: {json.dumps({k: ind.get(k) for k in ('kernel_ms', 'eager_ms', 'speedup')})}"
-                  f" {ind.get('error', '')[-300:]}", flush=True)
+            inds = [independent(problem.spec.path, kernel)]
+            print(f"[{key}] independent: {json.dumps({k: inds[0].get(k) for k in ('kernel_ms', 'eager_ms')})}"
+                  f" {inds[0].get('error', '')[-300:]}", flush=True)
+            results: dict[str, list] = {path: [] for path in paths}
+            walls: dict[str, list] = {path: [] for path in paths}
+            token = None
+            if "judge" in paths and judge is not None:
+                token = judge[2].register(f"timing-{key}", f"metakernelbench/{task}", minutes=120)["token"]
+            for g in range(args.gradings):
+                for path in paths:  # the paths take turns, so drift of the host hits both alike
+                    r, wall = grade_once(path, pid, kernel, dsl, task, judge, token)
+                    results[path].append(r)
+                    walls[path].append(wall)
+                if args.interleave or g == args.gradings - 1:
+                    # the independent loop again: beside each grading (--interleave), else after all
+                    inds.append(independent(problem.spec.path, kernel))
             for path in paths:
-                results, walls = [], []
-                if path == "mkb_grade":
-                    for _ in range(args.gradings):
-                        r = grade_cli(pid, kernel, dsl)
-                        results.append(r)
-                        walls.append(r.get("grade_wall_s") or 0.0)
-                elif path == "judge" and judge is not None:
-                    token = judge[2].register(f"timing-{key}", f"metakernelbench/{task}", minutes=120)["token"]
-                    for _ in range(args.gradings):
-                        out: dict = {}
-                        sandbox_submit(judge[1], token, f"metakernelbench/{task}", kernel, out)
-                        answer = out.get("answer", {})
-                        r = dict(answer.get("result") or {})
-                        r.setdefault("status", answer.get("status"))
-                        results.append(r)
-                        walls.append(answer.get("wall_s") or 0.0)
-                if path == paths[-1]:
-                    # the independent loop again, after the gradings: its own spread between two runs
-                    # bounds how closely any grader can be compared with one of them
-                    ind_after = independent(problem.spec.path, kernel)
-                entry = {**summarize(task, path, ind, results, walls), "commit": run["commit"], "date": run["date"]}
-                if ind_after is not None and ind_after.get("kernel_ms"):
-                    entry["independent_after_kernel_ms"] = ind_after["kernel_ms"]
-                    for e in record["entries"]:
-                        if e["task"] == task and e.get("date") == run["date"]:
-                            e["independent_after_kernel_ms"] = ind_after["kernel_ms"]
+                entry = {**summarize(task, path, inds, results[path], walls[path], args.interleave),
+                         "commit": run["commit"], "date": run["date"]}
                 record["entries"] = [e for e in record["entries"] if (e["task"], e["path"]) != (task, path)]
                 record["entries"].append(entry)
                 save()
