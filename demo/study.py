@@ -17,7 +17,7 @@ GPU oracles, which cannot run without an NVIDIA GPU, so every CuTe DSL attempt h
 RUNTIME_ERROR by the judge: that is what the grader says on this machine, and the report shows it.
 The numbers exercise the pipeline; they measure nothing about a model.
 
-    python -m demo.study [--out results/local/demo] [--problems 28,25]
+    python -m demo.study [--out results/local/demo] [--problems 28,25] [--parallel 2]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from metakernelbench.verifier.judge.local_env import stop_judge
+from metakernelbench.verifier.judge.local_env import _unshare_problem, stop_judge
 
 from .scripted_model import ModelConfig, serve_in_thread
 
@@ -97,6 +97,15 @@ def kernel_table(config: StudyConfig) -> dict[str, Path]:
     return table
 
 
+def preflight() -> None:
+    """Stop early, with the reason, where the no-Docker sandbox or Terminus-2 cannot run."""
+    if shutil.which("tmux") is None:
+        raise SystemExit("the demonstration needs tmux (Terminus-2 runs its shell in tmux): install the tmux package")
+    why = _unshare_problem()
+    if why is not None:
+        raise SystemExit(f"the no-Docker sandbox cannot isolate trials here: {why}")
+
+
 def fresh_folder(out: Path) -> None:
     if out.exists():
         if not (out / MARKER).is_file():
@@ -138,34 +147,44 @@ def arms(config: StudyConfig, base: Path) -> dict:
     return json.loads((config.runs / "arms.json").read_text())
 
 
-def harbor_jobs(configs: list[str], config: StudyConfig, say: Progress) -> None:
-    """``harbor run -c`` for each config, all at once, with a line for every trial that finishes."""
+def harbor_jobs(configs: list[str], config: StudyConfig, say: Progress, parallel: int) -> None:
+    """``harbor run -c`` for each config, ``parallel`` at a time, with a line for every trial that finishes.
+
+    Few at a time: the trials share the machine's cores with the judge, which times the kernels.
+    """
     # LiteLLM's OpenAI client wants a key (the local server ignores it) and would otherwise download
     # its price list at import.
     env = {**os.environ, "OPENAI_API_KEY": "scripted-local", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     logs = config.out / "logs"
     logs.mkdir(exist_ok=True)
-    procs = []
-    for path in configs:
-        log = logs / f"{Path(path).parent.name}-{Path(path).stem}.log"
-        say(f"harbor run -c {Path(path).relative_to(config.out)}   (log: {log.relative_to(config.out)})")
-        with open(log, "w") as fh:
-            procs.append((path, log, subprocess.Popen([str(BIN / "harbor"), "run", "-c", path, "-y"], cwd=REPO,
-                                                      env=env, stdout=fh, stderr=subprocess.STDOUT)))
-    reported = {r.parent for r in config.jobs.glob("*/*/result.json")}  # earlier phases' trials
-    while True:
+    reported = {r.parent for r in config.jobs.glob("*/*/result.json") if _finished(r)}  # earlier phases'
+    waiting, running, failed = list(configs), [], []
+    while waiting or running:
+        while waiting and len(running) < parallel:
+            path = waiting.pop(0)
+            log = logs / f"{Path(path).parent.name}-{Path(path).stem}.log"
+            say(f"harbor run -c {Path(path).relative_to(config.out)}   (log: {log.relative_to(config.out)})")
+            with open(log, "w") as fh:
+                running.append((path, log, subprocess.Popen([str(BIN / "harbor"), "run", "-c", path, "-y"],
+                                                             cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT)))
+        time.sleep(2)
         for result in sorted(config.jobs.glob("*/*/result.json")):
-            if result.parent not in reported and json.loads(result.read_text()).get("finished_at"):
+            if result.parent not in reported and _finished(result):
                 reported.add(result.parent)
                 say(f"  trial finished: {trial_line(result)}")
-        if all(p.poll() is not None for _, _, p in procs):
-            break
-        time.sleep(2)
-    failed = [(path, log) for path, log, p in procs if p.returncode]
+        failed += [(path, log) for path, log, proc in running if proc.poll()]
+        running = [job for job in running if job[2].poll() is None]
     for _, log in failed:
         sys.stdout.write(log.read_text()[-3000:])
     if failed:
         raise SystemExit(f"harbor run failed for {[path for path, _ in failed]}")
+
+
+def _finished(result: Path) -> bool:
+    try:
+        return bool(json.loads(result.read_text()).get("finished_at"))
+    except ValueError:  # being written
+        return False
 
 
 def trial_line(result: Path) -> str:
@@ -182,8 +201,10 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=REPO / "results" / "local" / "demo")
     p.add_argument("--problems", default="28,25", help=f"comma-separated, from {sorted(CPU_KERNELS)}")
+    p.add_argument("--parallel", type=int, default=2, help="Harbor jobs run at once")
     args = p.parse_args(argv)
     config = StudyConfig(out=args.out.resolve(), problems=[x.strip() for x in args.problems.split(",") if x])
+    preflight()
     say = Progress()
     fresh_folder(config.out)
     kernels = kernel_table(config)
@@ -195,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
         say("mkb arms: the four arms' job configs")
         manifest = arms(config, base)
         say("solo arms (Terminus-2 attempts on each task in each DSL)")
-        harbor_jobs(list(manifest["solo_configs"].values()), config, say)
+        harbor_jobs(list(manifest["solo_configs"].values()), config, say, args.parallel)
         say("mkb arms again: each solo SKILL.md attached to the paired task in the other DSL")
         manifest = arms(config, base)
         ready = [e["config"] for e in manifest["entries"] if e["state"] == "ready"]
@@ -204,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
         for line in other:
             say(f"  {line}")
         say(f"transfer arms ({len(ready)} one-task jobs)")
-        harbor_jobs(ready, config, say)
+        harbor_jobs(ready, config, say, args.parallel)
     finally:
         server.shutdown()
         stop_judge(config.out / "judge")
@@ -212,12 +233,13 @@ def main(argv: list[str] | None = None) -> None:
     say("mkb collect")
     run([str(BIN / "mkb"), "collect", *map(str, sorted(config.jobs.iterdir())), "-o", str(attempts)])
     say("mkb skill-check (the skills are prose)")
-    print(run([str(BIN / "mkb"), "skill-check", str(config.jobs)]).rstrip())
+    print(run([str(BIN / "mkb"), "skill-check", str(config.jobs)]).rstrip().splitlines()[-1])
     say("mkb compare")
     print(run([str(BIN / "mkb"), "compare", str(attempts), "--n-boot", "500"]).rstrip())
     say("mkb report")
     run([str(BIN / "mkb"), "report", str(attempts), "-o", str(config.out / "report"), "--n-boot", "500",
          "--note", BANNER])
+    say(f"attempts table: {attempts}; job folders: {config.jobs}")
     say(f"done. Report of this demonstration run (not a measurement): {config.out / 'report' / 'index.html'}")
 
 
