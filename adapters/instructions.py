@@ -13,6 +13,7 @@ from metakernelbench.problems import Problem
 from . import config
 from .dsl import Dsl
 from .templating import render
+from .text_numbers import check_description
 from .workload import VARIES, InputInfo, describe_inputs
 
 
@@ -108,7 +109,9 @@ def _floor(problem: Problem) -> str:
 
 
 def instruction_md(problem: Problem, dsl: Dsl, task_name: str) -> str:
-    """The full ``instruction.md`` of one task."""
+    """The full ``instruction.md`` of one task; refuses a description that quotes numbers the workload
+    does not back (``text_numbers``)."""
+    check_description(problem)
     spec = problem.spec
     values = {
         "dsl": dsl.key,

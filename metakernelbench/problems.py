@@ -24,6 +24,13 @@ Optional declarations (defaults in brackets)::
     TOLERANCE_FACTOR   the anchor factor F [3.0]; set only with TOLERANCE_NOTE saying why
     physical_floor(**workload) -> {"bytes": int, "flops": int, "math": "fp32|tf32|bf16|fp8|fp4"}
                  the least traffic and arithmetic any correct implementation must do
+    text_values(**workload) -> dict   numbers the docstring quotes that derive from the workload
+                 (a capacity, a byte offset); TEXT_CONSTANTS: a dict of numbers it quotes that are
+                 facts of a formula or of the source, by name
+
+Every number the docstring quotes must be backed by the graded workload (a make_inputs default, an
+input's dimension or value, a module constant, a text_values value): ``mkb build`` refuses a
+description that is not (``metakernelbench.adapters.text_numbers``), so it cannot go stale.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Causal ragged GQA prefill, 8 query heads on 1 KV head of dim 256 (Qwen3-Next-80B TP=2), bf16.
 
-63 sequences on packed (non-paged) tensors: queries q[qo_indptr[b]:qo_indptr[b+1]], keys and values
+Sequences on packed (non-paged) tensors: queries q[qo_indptr[b]:qo_indptr[b+1]], keys and values
 k/v[kv_indptr[b]:kv_indptr[b+1]], each sequence's KV being a cached prefix (0..64 tokens) followed by
 its queries. All 8 query heads read the single KV head. Query i (0-based) sees KV position j only if
 j <= i + (L_kv - L_q). Logits are scaled by sm_scale, softmaxed in fp32 and average V; the output is

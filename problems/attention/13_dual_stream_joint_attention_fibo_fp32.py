@@ -37,6 +37,13 @@ HEAD_DIM, AXIS_DIM, EPS, THETA = 128, 42, 1e-5, 10000.0
 TABLE_POSITIONS = (16, 56, 56)
 
 
+def text_values(**_):
+    """The head-dim boundaries the description quotes: three AXIS_DIM slices, halves, the tail."""
+    return {"slice ends": [AXIS_DIM * (a + 1) for a in range(3)], "half": AXIS_DIM // 2,
+            "last table column": AXIS_DIM // 2 - 1, "pass-through dims": list(range(3 * AXIS_DIM, HEAD_DIM)),
+            "adaLN chunks": 6}
+
+
 def rope_table(positions):
     """cos and sin of p * THETA^(-j/42) for p < positions, j < 42, fp32 [positions, 42]."""
     angles = torch.arange(positions, dtype=torch.float64)[:, None] * THETA ** (

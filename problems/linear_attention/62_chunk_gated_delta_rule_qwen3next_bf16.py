@@ -27,6 +27,7 @@ INPUTS = ("query", "key", "value", "g", "beta", "scale")
 OUTPUTS = ("output",)
 SMALL_WORKLOAD = dict(batch=2, qk_heads=2, v_heads=4, seqlen=80, head_dim=8)
 CHUNK = 64
+L2_NORM_EPS = 1e-6  # inside the square root of the L2 normalisation
 
 
 def make_inputs(device, generator, *, batch=16, qk_heads=4, v_heads=16, seqlen=256, head_dim=128):
@@ -43,7 +44,7 @@ def make_inputs(device, generator, *, batch=16, qk_heads=4, v_heads=16, seqlen=2
 
 
 def _l2norm(x):
-    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + 1e-6)
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + L2_NORM_EPS)
 
 
 def _chunks(x):

@@ -63,6 +63,11 @@ def fp8_linear(x, weight):
     return _bf16(fp8_block_dequant(x, 1) @ fp8_block_dequant(weight, BLOCK).T)
 
 
+def text_values(*, kv_lora, **_):
+    """kv_a's live rows: the compressed kv followed by k_pe."""
+    return {"kv_a rows": kv_lora + ROPE_DIM}
+
+
 def make_inputs(device, generator, *, batch=32, seq=256, hidden=7168, kv_lora=512, heads=128):
     def randn(*shape):
         return torch.randn(*shape, device=device, generator=generator)

@@ -36,6 +36,8 @@ INPUTS = ("x", "gate_weight_fp4", "gate_scale", "gate_global_decode_scale", "up_
 OUTPUTS = ("output",)
 SMALL_WORKLOAD = dict(batch=2, seq=3, hidden=64, intermediate=96)
 BLOCK = 16
+E4M3_MAX = 448.0  # the largest finite e4m3 value
+E2M1_MAX = 6.0  # the largest E2M1 magnitude
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 
@@ -48,7 +50,7 @@ def nvfp4_round(x):
     """NVFP4-quantise x [..., K] in fp32: E2M1 values [..., K/16, 16], block scales [..., K/16, 1], g."""
     x32 = x.to(torch.float32)  # the quantisation step is defined in fp32, in both runs
     mag = x32.abs()
-    g = mag.amax() / (448.0 * 6.0)
+    g = mag.amax() / (E4M3_MAX * E2M1_MAX)
     scale = (mag.reshape(*x32.shape[:-1], -1, BLOCK).amax(dim=-1, keepdim=True) / 6.0 / g)
     scale = scale.to(torch.float8_e4m3fn).to(torch.float32)
     unit = scale * g

@@ -1,6 +1,6 @@
 """Paged GQA decode attention, 32 query heads on 8 KV heads of dim 128, page size 1 (Llama-3.1-8B).
 
-64 sequences decode one token each. The pages of sequence b are kv_indices[kv_indptr[b]:kv_indptr[b+1]]
+Each sequence decodes one token. The pages of sequence b are kv_indices[kv_indptr[b]:kv_indptr[b+1]]
 (CSR), one token per page; query head h reads KV head h // 4. Logits q.k are scaled by sm_scale and
 softmaxed in fp32 over the whole context (no mask); the output averages V and is rounded to bf16. The
 second output is the base-2 log-sum-exp of the scaled logits (natural LSE / ln 2) per (sequence, head).

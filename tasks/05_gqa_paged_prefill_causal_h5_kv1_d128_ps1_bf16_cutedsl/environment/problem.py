@@ -1,6 +1,6 @@
 """Causal paged GQA prefill, 5 query heads on 1 KV head of dim 128, page size 1 (Llama-4-Scout TP=8).
 
-54 sequences' query tokens are packed ragged by qo_indptr; the KV pages of sequence b are
+The sequences' query tokens are packed ragged by qo_indptr; the KV pages of sequence b are
 kv_indices[kv_indptr[b]:kv_indptr[b+1]], one token per page; each context holds 1..5 cached tokens
 before its queries. All 5 query heads read the single KV head. Query i of a sequence (0-based) sees
 KV position j only if j <= i + (L_kv - L_q): the queries are the last L_q tokens of the context.

@@ -1,6 +1,6 @@
 """Causal ragged GQA prefill, 16 query heads on 2 KV heads of dim 128 (Qwen3-32B TP=4), bf16.
 
-71 sequences on packed (non-paged) tensors: queries q[qo_indptr[b]:qo_indptr[b+1]], keys and values
+Sequences on packed (non-paged) tensors: queries q[qo_indptr[b]:qo_indptr[b+1]], keys and values
 k/v[kv_indptr[b]:kv_indptr[b+1]], each sequence's KV being a cached prefix (0..64 tokens) followed by
 its queries. Query head h uses KV head h // 8. Query i (0-based) sees KV position j only if
 j <= i + (L_kv - L_q). Logits are scaled by sm_scale, softmaxed in fp32 and average V; the output is

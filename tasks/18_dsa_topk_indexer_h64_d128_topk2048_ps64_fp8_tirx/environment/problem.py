@@ -76,6 +76,11 @@ def token_scores(q, keys, weights):
     return (torch.bmm(q, keys.transpose(1, 2)).relu_() * weights.unsqueeze(-1)).sum(dim=1)
 
 
+def text_values(*, dim, page_size, **_):
+    """The bytes of one index-key cache page: e4m3 keys, then one fp32 scale per token."""
+    return {"page bytes": page_size * (dim + 4)}
+
+
 def make_inputs(device, generator, *, batch=31, heads=64, dim=128, page_size=64, num_pages=11923,
                 max_pages=43, total_others=9620, max_other=1800, longest=2693):
     seq_lens = sequence_lengths(batch, total_others, max_other, longest)

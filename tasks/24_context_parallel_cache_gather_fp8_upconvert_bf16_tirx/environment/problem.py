@@ -31,6 +31,12 @@ NOPE, GROUPS, ROPE = 512, 4, 64
 SCALE_BYTES = 4 * GROUPS
 
 
+def text_values(**_):
+    """The byte layout of one cache entry and the width of an output row."""
+    return {"values per scale": NOPE // GROUPS, "scale bytes end": NOPE + SCALE_BYTES,
+            "rope bytes start": NOPE + SCALE_BYTES, "row": NOPE + ROPE}
+
+
 def random_split(total, parts, device, generator):
     """`parts` positive lengths summing to `total` (parts - 1 distinct random cut points)."""
     cuts = torch.randperm(total - 1, device=device, generator=generator)[:parts - 1] + 1

@@ -21,6 +21,7 @@ PROVENANCE = dict(
 INPUTS = ("hidden_states", "fc1_weight", "fc1_bias", "fc2_weight", "fc2_bias")
 OUTPUTS = ("output",)
 SMALL_WORKLOAD = dict(batch=2, seq=5, dim=32, ff=128)
+TEXT_CONSTANTS = {"tanh GELU cubic coefficient": 0.044715}
 
 
 def make_inputs(device, generator, *, batch=8, seq=512, dim=3072, ff=12288):

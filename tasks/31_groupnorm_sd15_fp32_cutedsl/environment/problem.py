@@ -1,4 +1,4 @@
-"""GroupNorm with 32 groups on NCHW [32, 1280, 8, 8] (Stable Diffusion 1.5 UNet), fp32.
+"""GroupNorm with 32 groups on NCHW [32, 1280, 8, 8] (Stable-Diffusion-1.5 UNet), fp32.
 
 For each (sample, group of 40 channels) the mean and biased variance over 40 x 8 x 8 values are taken;
 y = (x - mean) / sqrt(var + eps) * weight[c] + bias[c].

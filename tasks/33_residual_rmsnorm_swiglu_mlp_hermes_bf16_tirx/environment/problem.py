@@ -27,6 +27,7 @@ INPUTS = ("hidden_states", "residual", "norm_weight", "gate_proj_weight", "up_pr
           "down_proj_weight", "eps")
 OUTPUTS = ("output",)
 SMALL_WORKLOAD = dict(batch=2, seq=3, hidden=64, intermediate=96)
+TEXT_CONSTANTS = {"the source's tensor-parallel degree": 8, "the model's full intermediate size": 53248}
 
 
 def make_inputs(device, generator, *, batch=4, seq=128, hidden=16384, intermediate=6656):

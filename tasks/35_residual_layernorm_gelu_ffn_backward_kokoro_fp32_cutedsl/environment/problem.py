@@ -33,6 +33,7 @@ OUTPUTS = ("grad_hidden_states", "grad_fc1_weight", "grad_fc1_bias", "grad_fc2_w
            "grad_fc2_bias", "grad_ln_weight", "grad_ln_bias")
 SMALL_WORKLOAD = dict(batch=2, seq=7, dim=16, ff=64)
 GELU_C = 0.044715
+TEXT_CONSTANTS = {"the 3 of d/dz z^3": 3}
 EPS = 1e-5
 
 

@@ -29,6 +29,7 @@ INPUTS = ("grad_output", "hidden_states", "weight1", "weight2", "intermediate",
 OUTPUTS = ("grad_hidden_states", "grad_weight1", "grad_bias1", "grad_weight2", "grad_bias2")
 SMALL_WORKLOAD = dict(batch=2, seq=5, dim=16, ff=64)
 GELU_C = 0.044715
+TEXT_CONSTANTS = {"the 3 of d/dz z^3": 3}
 
 
 def make_inputs(device, generator, *, batch=32, seq=128, dim=2048, ff=8192):

@@ -37,6 +37,7 @@ OUTPUTS = ("output",)
 SMALL_WORKLOAD = dict(tokens=16, experts=32, local_experts=4, local_offset=4, hidden=256, inter=128)
 GROUPS, TOPK_GROUPS, TOP_K, BLOCK = 8, 4, 8, 128
 MIN_GAP = 1e-4
+WEIGHT_SUM_EPS = 1e-20  # added to the selected scores' sum before dividing
 
 
 def favoured_experts(experts):
@@ -58,10 +59,15 @@ def _route(logits, bias, scaling):
     top = masked.topk(TOP_K + 1, dim=-1)
     index = top.indices[:, :TOP_K]
     chosen = s.gather(1, index)
-    weight = chosen / (chosen.sum(dim=-1, keepdim=True) + 1e-20) * scaling
+    weight = chosen / (chosen.sum(dim=-1, keepdim=True) + WEIGHT_SUM_EPS) * scaling
     gap = torch.minimum(ranked.values[:, TOPK_GROUPS - 1] - ranked.values[:, TOPK_GROUPS],
                         top.values[:, TOP_K - 1] - top.values[:, TOP_K])
     return index, weight, gap
+
+
+def text_values(*, local_experts, inter, **_):
+    """The last local expert's offset and the fused gate/up width the description quotes."""
+    return {"last local expert": local_experts - 1, "gate/up width": 2 * inter}
 
 
 def make_inputs(device, generator, *, tokens=2048, experts=256, local_experts=32, local_offset=32,

@@ -1,6 +1,6 @@
 """Capacity-limited MoE expert execution (routing given), 160 SwiGLU experts, top-8, bf16.
 
-Capacity C = floor(T * k / E * 1.25) slots per expert (512 here). The (token, k) assignments are
+Capacity C = floor(T * k / E * 1.25) slots per expert (320 here). The (token, k) assignments are
 flattened token-major and stably sorted by expert; each expert keeps its first C assignments and
 drops the rest. Kept tokens are packed into a zero-initialised [E, C, H] buffer and run through
 batched SwiGLU experts (x @ W with W [E, in, out]): a = silu(x W_g) * (x W_u), y = a W_d, with bf16
@@ -30,6 +30,11 @@ INPUTS = ("hidden_states", "selected_experts", "routing_weights", "expert_gate_w
 OUTPUTS = ("output",)
 SMALL_WORKLOAD = dict(tokens=40, hidden=16, inter=8, experts=10, top_k=3)
 CAPACITY_FACTOR = 1.25
+
+
+def text_values(*, tokens, experts, top_k, **_):
+    """The capacity the description quotes, at the graded workload."""
+    return {"capacity": int(tokens * top_k / experts * CAPACITY_FACTOR)}
 
 
 def _bf16(t):

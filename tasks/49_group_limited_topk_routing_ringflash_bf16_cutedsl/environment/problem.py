@@ -22,6 +22,7 @@ SETS = {"topk_idx": {"dim": -1, "with": ("topk_weight",)}}
 SMALL_WORKLOAD = dict(tokens=32, hidden=64)
 GROUPS, TOPK_GROUPS, TOPK = 8, 4, 8
 MIN_GAP = 1e-4
+WEIGHT_SUM_EPS = 1e-20  # added to the selected scores' sum before dividing
 
 
 def _route(logits, expert_bias, scaling):
@@ -39,7 +40,7 @@ def _route(logits, expert_bias, scaling):
     top = masked.topk(TOPK + 1, dim=-1)
     idx = top.indices[:, :TOPK]
     chosen = scores.gather(1, idx)
-    weights = chosen / (chosen.sum(dim=-1, keepdim=True) + 1e-20) * scaling
+    weights = chosen / (chosen.sum(dim=-1, keepdim=True) + WEIGHT_SUM_EPS) * scaling
     group_gap = ranked_groups.values[:, TOPK_GROUPS - 1] - ranked_groups.values[:, TOPK_GROUPS]
     expert_gap = (top.values[:, :-1] - top.values[:, 1:]).min(dim=-1).values
     return idx, weights, torch.minimum(group_gap, expert_gap)

@@ -38,6 +38,9 @@ INPUTS = ("query_states", "key_states", "value_states", "attention_mask")
 OUTPUTS = ("attn_output", "attn_weights")
 SMALL_WORKLOAD = dict(batch=2, heads=4, kv_heads=2, seq=32, head_dim=32)
 BLOCK = 16
+E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # the E2M1 magnitudes the description lists
+E4M3_MAX = 448.0  # the largest finite e4m3 value
+E2M1_MAX = 6.0  # the largest E2M1 magnitude
 
 
 def _bf16(t):
@@ -49,7 +52,7 @@ def nvfp4_round(x):
     """NVFP4-quantise x [..., K] in fp32: E2M1 values [..., K/16, 16], block scales [..., K/16, 1], g."""
     x32 = x.to(torch.float32)  # the quantisation step is defined in fp32, in both runs
     mag = x32.abs()
-    g = mag.amax() / (448.0 * 6.0)
+    g = mag.amax() / (E4M3_MAX * E2M1_MAX)
     scale = (mag.reshape(*x32.shape[:-1], -1, BLOCK).amax(dim=-1, keepdim=True) / 6.0 / g)
     scale = scale.to(torch.float8_e4m3fn).to(torch.float32)
     unit = scale * g

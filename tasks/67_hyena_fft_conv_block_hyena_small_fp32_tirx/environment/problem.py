@@ -35,6 +35,7 @@ INPUTS = ("hidden_states", "norm1_weight", "norm1_bias", "norm2_weight", "norm2_
 OUTPUTS = ("output",)
 SMALL_WORKLOAD = dict(batch=2, seqlen=16, d_model=8, filter_dim=8, mlp_dim=32)
 BANDS = 2
+FIRST_BAND = 1e-4  # the filter's positional features use frequencies [FIRST_BAND, 1]
 
 
 def make_inputs(device, generator, *, batch=32, seqlen=256, d_model=256, filter_dim=64, mlp_dim=1024):
@@ -67,7 +68,7 @@ def _implicit_filter(seqlen, dtype, device, w1, b1, freq, w2, b2, w3, b3, w_fina
     """The [L, d] filter: sine MLP over positional features, exponentially modulated, plus bias."""
     t = torch.linspace(0, 1, seqlen, dtype=dtype, device=device)[:, None]
     w = 2 * math.pi * torch.arange(seqlen, dtype=dtype, device=device)[:, None] / seqlen
-    f = torch.linspace(1e-4, BANDS - 1, BANDS, dtype=dtype, device=device)[None, :]
+    f = torch.linspace(FIRST_BAND, BANDS - 1, BANDS, dtype=dtype, device=device)[None, :]
     z = torch.cat([t, torch.cos(f * w), -torch.sin(f * w)], dim=-1)  # [L, 1 + 2 bands]
     h = torch.sin(freq * F.linear(z, w1, b1))
     h = torch.sin(freq * F.linear(h, w2, b2))

@@ -28,6 +28,7 @@ INPUTS = ("q", "k", "v", "g", "beta")
 OUTPUTS = ("o",)
 SMALL_WORKLOAD = dict(batch=2, seqlen=80, heads=2, head_dim=8)
 CHUNK = 64
+L2_NORM_EPS = 1e-6  # inside the square root of the L2 normalisation
 
 
 def make_inputs(device, generator, *, batch=8, seqlen=1024, heads=16, head_dim=128):
@@ -42,7 +43,7 @@ def make_inputs(device, generator, *, batch=8, seqlen=1024, heads=16, head_dim=1
 
 
 def _l2norm(x):
-    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + 1e-6)
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + L2_NORM_EPS)
 
 
 def _chunks(x, chunk):

@@ -25,6 +25,7 @@ INPUTS = ("q", "k", "v", "beta", "initial_state")
 OUTPUTS = ("o", "S")
 SMALL_WORKLOAD = dict(batch=2, heads=2, seqlen=80, head_dim=8)
 CHUNK = 64
+L2_NORM_EPS = 1e-6  # inside the square root of the L2 normalisation
 
 
 def make_inputs(device, generator, *, batch=8, heads=16, seqlen=1024, head_dim=128):
@@ -39,7 +40,7 @@ def make_inputs(device, generator, *, batch=8, heads=16, seqlen=1024, head_dim=1
 
 
 def _l2norm(x):
-    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + 1e-6)
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + L2_NORM_EPS)
 
 
 def _chunks(x, chunk):
