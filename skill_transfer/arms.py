@@ -446,7 +446,7 @@ def _plan_transfer(
                 "the transfer would not be a fair comparison"
             )
 
-    text = render_attachment(outcome.skill, split_direction(direction)[0])
+    text = render_attachment(outcome.skill)
     transfer_dir = opts.jobs_dir / job_name
     if attachment.is_file() and attachment.read_text() != text and transfer_dir.exists():
         raise ArmsError(

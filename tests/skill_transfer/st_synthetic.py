@@ -316,7 +316,7 @@ def synthetic_study(
                     continue
                 attachment = out / "runs" / slug / "skills" / direction / f"{problem}_{target_dsl}.md"
                 attachment.parent.mkdir(parents=True, exist_ok=True)
-                attachment.write_text(render_attachment(src.skill, source_dsl))
+                attachment.write_text(render_attachment(src.skill))
                 p_pass = min(0.95, max(0.05, (0.5 if base.passed else 0.2) + effect
                                        + (0.15 if src.passed else -0.05)))
                 passed = rng.random() < p_pass

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from metakernelbench.cli import app
 from metakernelbench.skill_transfer.arms import ArmsError, ArmsOptions, plan_arms
-from metakernelbench.skill_transfer.skill import BEGIN_MARK, END_MARK, skill_from_attachment
+from metakernelbench.skill_transfer.skill import HEADER, skill_from_attachment
 
 MODEL = "acme/coder-7"
 RMS = "28_fused_add_rmsnorm_h4096_llama31_8b_bf16"
@@ -88,9 +88,8 @@ def test_transfer_arms_follow_finished_solo_attempts(work):
         assert getattr(transfer, field) == getattr(solo, field), field
     text = Path(entry.attachment).read_text()
     assert skill_from_attachment(text) == SKILL  # verbatim
-    header = text.split(BEGIN_MARK)[0].lower()
-    assert "cute dsl" in header and "pass" not in header and "fail" not in header
-    assert text.rstrip().endswith(END_MARK)
+    assert text == HEADER + SKILL  # a neutral heading and the skill, nothing else
+    assert not any(word in HEADER.lower() for word in ("cute", "tirx", "dsl", "pass", "fail"))
     assert entry.skill_chars == len(SKILL)
     assert (out / "transfer_commands.txt").exists() is False  # the CLI writes it, not the planner
 

@@ -45,7 +45,7 @@ def jobs(tmp_path_factory) -> Path:
     ])
     attachment = root.parent / "runs" / "skills" / "cutedsl2tirx" / f"{RMS}_tirx.md"
     attachment.parent.mkdir(parents=True)
-    attachment.write_text(render_attachment(SKILL, "cutedsl"))
+    attachment.write_text(render_attachment(SKILL))
     write_job(root / "c2t_rms", MODEL, [FakeAttempt(RMS, "tirx", "PASSED", kernel_ms=0.5, eager_ms=8.0)],
               extra_instruction_paths={f"{RMS}_tirx": attachment})
     return root

@@ -43,7 +43,7 @@ def _study(root):
         for p in PROBLEMS:
             path = root / "runs" / "skills" / direction / f"{p}_{target}.md"
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(render_attachment("A finding.\n", source))
+            path.write_text(render_attachment("A finding.\n"))
             attachments[f"{p}_{target}"] = path
         dirs.append(jobs / direction)
         write_job(dirs[-1], MODEL, [FakeAttempt(problem=p, dsl=target) for p in PROBLEMS], tasks,
