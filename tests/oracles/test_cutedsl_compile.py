@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("cutlass.cute")
 
 from metakernelbench.problems import find_problem  # noqa: E402
+from metakernelbench.verifier.rules import scan_source  # noqa: E402
 
 ORACLES = Path(__file__).resolve().parents[2] / "oracles"
 
@@ -38,6 +39,10 @@ EXPECTED = {
         ["fused_add_rmsnorm_kernel"],
         ["ld.global.v4.b32", "st.global.v4.b32", "shfl.sync.bfly.b32", "bar.sync", "rsqrt.approx.f32",
          "cvt.rn.bf16x2.f32"],
+    ),
+    "36_rmsnorm_h128_qwen3_30b_bf16": (
+        ["rmsnorm_rows_kernel"],
+        ["ld.global.v4.b32", "st.global.v4.b32", "shfl.sync.bfly.b32", "rsqrt.approx.f32", "cvt.rn.bf16x2.f32"],
     ),
     "49_group_limited_topk_routing_ringflash_bf16": (
         ["group_topk_route_kernel"],
@@ -99,6 +104,11 @@ def test_cutedsl_oracle_matches_its_problem(stem):
     problem = find_problem(stem)
     assert tuple(inspect.signature(module.solve).parameters) == problem.spec.inputs
     assert module.WORKLOAD == {k: problem.spec.workload[k] for k in module.WORKLOAD}
+
+
+@pytest.mark.parametrize("stem", sorted(s for s in EXPECTED if not s.startswith("_")))
+def test_cutedsl_oracle_passes_the_static_rules(stem):
+    assert scan_source((ORACLES / f"{stem}_cutedsl.py").read_text(), "cutedsl") == []
 
 
 def test_cutedsl_dsl_copy_is_self_contained():

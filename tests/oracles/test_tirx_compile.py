@@ -31,6 +31,7 @@ PROBLEMS = {
     "02": "attention/02_gqa_paged_decode_h5_kv1_d128_ps1_bf16",
     "25": "kv_cache/25_batched_kv_cache_block_copy_remap_uint8",
     "28": "mlp_norm/28_fused_add_rmsnorm_h4096_llama31_8b_bf16",
+    "36": "mlp_norm/36_rmsnorm_h128_qwen3_30b_bf16",
     "49": "moe/49_group_limited_topk_routing_ringflash_bf16",
     "60": "quantization/60_mamba2_output_projection_nemotron_nvfp4",
     "66": "linear_attention/66_wkv_time_decay_stabilization_rwkv4_fp32",
@@ -39,6 +40,7 @@ SYMBOLS = {
     "02": ["mkb_gqa_paged_decode_kernel"],
     "25": ["mkb_kv_block_copy_kernel"],
     "28": ["mkb_fused_add_rmsnorm_kernel"],
+    "36": ["mkb_rmsnorm_rows_kernel"],
     "49": ["mkb_group_topk_route_kernel"],
     "60": ["mkb_nvfp4_decode_kernel"],
     "66": ["mkb_wkv4_kernel"],
@@ -102,6 +104,18 @@ def test_rmsnorm_uses_a_block_reduction():
     (source,) = oracle("28").kernel_sources("sm_90a").values()
     assert "tvm_builtin_cuda_cta_reduce_sum_8(" in source and "__shared__" in source
     assert "__launch_bounds__(256)" in source and "rsqrtf(" in source
+
+
+
+def test_short_rows_reduce_within_a_shuffle_group():
+    """Hidden 128: 16 threads per row, one 16-byte vector each, xor shuffles 8..1, no shared memory."""
+    (source,) = oracle("36").kernel_sources("sm_90a").values()
+    shuffles = [f"__shfl_xor_sync((uint)4294967295, sq_ptr[0], {m}, 32)" for m in (8, 4, 2, 1)]
+    assert all(s in source for s in shuffles) and "__shfl_xor_sync((uint)4294967295, sq_ptr[0], 16," not in source
+    assert "__shared__" not in source and "rsqrtf(" in source
+    assert "*(uint4*)(x_ptr" in source and "*(uint4*)(y_ptr" in source
+    (ragged,) = oracle("36").kernel_sources("sm_90a", hidden=100).values()
+    assert "16, 32)" in ragged and "uint4" not in ragged  # 32 lanes, scalar loads
 
 
 def test_paged_decode_reduces_in_warps_and_merges_in_shared_memory():
