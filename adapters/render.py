@@ -10,6 +10,7 @@ Layout of a task (``tasks/<NN>_<slug>_<dsl>/``)::
     instruction.md  task.toml
     environment/    Dockerfile, docker-compose.yaml (Docker mode: private network + judge relay),
                     problem.py, metakernelbench/ (problem_kit and the `submit` client), submit,
+                    budget.sh (the prompt's minutes and submissions left),
                     dsl_docs.py, docs/<dsl>.md   (the agent's CPU sandbox: no grader, no tests, no solution)
     tests/          Dockerfile, docker-compose.yaml, test.sh, grading.json, client/ (the final-grade
                     client): the separate verifier container, which asks the judge for the grade
@@ -192,6 +193,7 @@ def _sandbox_files(problem: Problem, dsl: Dsl, task: str) -> dict[str, TaskFile]
                    **_compose_values())
         ),
         "environment/submit": TaskFile.text(template_text("environment/submit"), executable=True),
+        "environment/budget.sh": TaskFile.text(template_text("environment/budget.sh")),
         "environment/dsl_docs.py": TaskFile(docs.read_bytes()),
         "environment/problem.py": TaskFile(problem.spec.path.read_bytes()),
         f"environment/docs/{dsl.key}.md": TaskFile.text(template_text(f"docs/{dsl.key}.md")),

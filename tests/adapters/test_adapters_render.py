@@ -20,6 +20,7 @@ SECTIONS = [
     "## How the kernel is graded",
     "## The skill file: /app/SKILL.md",
     "## Budget and feedback",
+    "## Suggested workflow",
     "## Files",
 ]
 
@@ -35,6 +36,7 @@ def test_layout_of_a_task(built):
     client = "metakernelbench/verifier/judge"
     assert files == [
         "environment/Dockerfile",
+        "environment/budget.sh",
         "environment/docker-compose.yaml",
         "environment/docs/cutedsl.md",
         "environment/dsl_docs.py",
@@ -115,7 +117,9 @@ def test_instruction_sections_and_problem_facts(built):
     assert "**CuTe DSL.**" in text and "TIRx" not in text
     for fact in ("5 independent fresh draws", "F = 3", "10 warmup calls", "50 timed calls",
                  "capped at 100x", "bypass test", "CUDA graphs", "40 minutes", "10 submissions",
-                 "`submit`", "No code, no commands, no API instructions", "Triton"):
+                 "`submit`", "No code, no commands, no API instructions", "Triton",
+                 "Specialise only on what the task fixes", "## Suggested workflow", "Open questions",
+                 "Do not give the file a title", "The shell prompt shows the minutes and submissions left"):
         assert fact in text, fact
     assert "{{" not in text and "}}" not in text
 
