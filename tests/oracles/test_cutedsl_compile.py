@@ -31,6 +31,10 @@ EXPECTED = {
         ["shfl.sync.bfly.b32", "bar.sync", "ex2.approx", "st.shared", "ld.shared", "ld.global.v",
          "cvt.rn.bf16.f32", "div.rn.f32"],
     ),
+    "23_mla_cache_gather_dequantize_fp8": (
+        ["mla_gather_dequant_kernel"],
+        ["cvt.rn.f16x2.e4m3x2", "cvt.f32.f16", "mul.f32", "st.global.v4.b32"],
+    ),
     "25_batched_kv_cache_block_copy_remap_uint8": (
         ["kv_block_copy_kernel"],
         ["ld.global.b64", "st.global.b64"],

@@ -29,6 +29,7 @@ from metakernelbench.verifier.tensors import promote_floats, snapshot_graded
 ORACLES = REPO_ROOT / "oracles"
 PROBLEMS = {
     "02": "attention/02_gqa_paged_decode_h5_kv1_d128_ps1_bf16",
+    "23": "kv_cache/23_mla_cache_gather_dequantize_fp8",
     "25": "kv_cache/25_batched_kv_cache_block_copy_remap_uint8",
     "28": "mlp_norm/28_fused_add_rmsnorm_h4096_llama31_8b_bf16",
     "36": "mlp_norm/36_rmsnorm_h128_qwen3_30b_bf16",
@@ -38,6 +39,7 @@ PROBLEMS = {
 }
 SYMBOLS = {
     "02": ["mkb_gqa_paged_decode_kernel"],
+    "23": ["mkb_mla_gather_dequant_kernel"],
     "25": ["mkb_kv_block_copy_kernel"],
     "28": ["mkb_fused_add_rmsnorm_kernel"],
     "36": ["mkb_rmsnorm_rows_kernel"],
@@ -138,6 +140,15 @@ def test_block_copy_moves_16_byte_vectors_and_has_a_byte_fallback():
     assert "uchar* __restrict__ dst_k_ptr" in fallback and "int4" not in fallback
 
 
+
+def test_cache_gather_reads_bytes_and_writes_fp32_vectors():
+    (source,) = oracle("23").kernel_sources("sm_90a").values()
+    assert "uchar* __restrict__ src_ptr" in source and "float scale" in source
+    assert "*(float4*)(out_ptr" in source and "lens_ptr[" in source and "table_ptr[" in source
+    (scalar,) = oracle("23").kernel_sources("sm_90a", entry=23).values()
+    assert "float4" not in scalar
+
+
 def test_nvfp4_decode_reads_packed_bytes_and_writes_fp32():
     (source,) = oracle("60").kernel_sources("sm_90a").values()
     assert "uchar* __restrict__ codes_ptr" in source and "uchar* __restrict__ scales_ptr" in source
@@ -207,6 +218,33 @@ def test_div_precise_is_within_about_one_ulp(pid):
     b = (rng.uniform(0.01, 100.0, 100_000) * rng.choice([-1, 1], 100_000)).astype(np.float32)
     got = _cpu_map(oracle(pid).div_precise, a, b)
     assert _ulps(got, a.astype(np.float64) / b.astype(np.float64)).max() < 1.5
+
+
+
+def _cpu_decode(fn, codes):
+    """Apply a byte -> fp32 decoder to a uint8 array with an llvm TIRx kernel."""
+    @T.prim_func
+    def decode(a: T.handle, o: T.handle):
+        n = T.int32()
+        src = T.match_buffer(a, (n,), "uint8")
+        out = T.match_buffer(o, (n,), "float32")
+        for i in range(n):
+            out[i] = fn(T.int32(src[i]))
+
+    exe = tvm.compile(tvm.IRModule({"main": decode}), target=tvm.target.Target("llvm"), tir_pipeline="tirx")
+    out = np.zeros(codes.shape, dtype=np.float32)
+    exe.mod["main"](codes, out)
+    return out
+
+
+def test_e4m3_decode_is_exact_for_every_byte():
+    """All 256 codes, bit for bit against torch's float8_e4m3fn (signed zeros and subnormals included)."""
+    codes = np.arange(256, dtype=np.uint8)
+    got = _cpu_decode(oracle("23").e4m3_to_f32, codes)
+    want = torch.from_numpy(codes).view(torch.float8_e4m3fn).float().numpy()
+    nan = np.isnan(want)
+    assert (np.isnan(got) == nan).all() and nan.sum() == 2
+    assert (got[~nan].view(np.int32) == want[~nan].view(np.int32)).all()
 
 
 # ---- NVRTC: the generated CUDA compiles for sm_90a -------------------------------------------
