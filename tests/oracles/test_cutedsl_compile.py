@@ -31,6 +31,11 @@ EXPECTED = {
         ["shfl.sync.bfly.b32", "bar.sync", "ex2.approx", "st.shared", "ld.shared", "ld.global.v",
          "cvt.rn.bf16.f32", "div.rn.f32"],
     ),
+    "21_dynamic_quantized_cache_append_per_token_head_fp8": (
+        ["fp8_cache_append_kernel"],
+        ["div.rn.f32", "rcp.rn.f32", "cvt.rn.satfinite.e4m3x2.f32", "shfl.sync.bfly.b32", "ld.global.v4.b16",
+         "st.global.b32"],
+    ),
     "23_mla_cache_gather_dequantize_fp8": (
         ["mla_gather_dequant_kernel"],
         ["cvt.rn.f16x2.e4m3x2", "cvt.f32.f16", "mul.f32", "st.global.v4.b32"],

@@ -29,6 +29,7 @@ from metakernelbench.verifier.tensors import promote_floats, snapshot_graded
 ORACLES = REPO_ROOT / "oracles"
 PROBLEMS = {
     "02": "attention/02_gqa_paged_decode_h5_kv1_d128_ps1_bf16",
+    "21": "kv_cache/21_dynamic_quantized_cache_append_per_token_head_fp8",
     "23": "kv_cache/23_mla_cache_gather_dequantize_fp8",
     "25": "kv_cache/25_batched_kv_cache_block_copy_remap_uint8",
     "28": "mlp_norm/28_fused_add_rmsnorm_h4096_llama31_8b_bf16",
@@ -39,6 +40,7 @@ PROBLEMS = {
 }
 SYMBOLS = {
     "02": ["mkb_gqa_paged_decode_kernel"],
+    "21": ["mkb_fp8_cache_append_kernel"],
     "23": ["mkb_mla_gather_dequant_kernel"],
     "25": ["mkb_kv_block_copy_kernel"],
     "28": ["mkb_fused_add_rmsnorm_kernel"],
@@ -139,6 +141,19 @@ def test_block_copy_moves_16_byte_vectors_and_has_a_byte_fallback():
     (fallback,) = oracle("25").kernel_sources("sm_90a", page_bytes=100, aligned=False).values()
     assert "uchar* __restrict__ dst_k_ptr" in fallback and "int4" not in fallback
 
+
+
+
+def test_fp8_append_divides_with_ieee_rounding_and_stores_4_bytes():
+    """Exact e4m3 bytes need IEEE division under NVRTC's fast math: div.rn / rcp.rn / cvt.rn by name."""
+    (source,) = oracle("21").kernel_sources("sm_90a").values()
+    body = source[source.index('extern "C" __global__'):]
+    assert "tvm_builtin_ptx_div_f_rn_f32(tmp_ptr[0], amax_ptr[0]" in body
+    assert "tvm_builtin_ptx_rcp_rn_f32(tmp_ptr[1], tmp_ptr[0])" in body
+    assert body.count("tvm_builtin_ptx_cvt_f8x2_f32_rn_satfinite_e4m3x2_f32(") == 4
+    assert " / " not in body  # no fast-math division anywhere
+    assert "*(uint*)(k_cache_ptr" in body and "*(uint*)(v_cache_ptr" in body
+    assert body.count("__shfl_xor_sync(") == 5
 
 
 def test_cache_gather_reads_bytes_and_writes_fp32_vectors():
