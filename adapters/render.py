@@ -9,7 +9,8 @@ Layout of a task (``tasks/<NN>_<slug>_<dsl>/``)::
 
     instruction.md  task.toml
     environment/    Dockerfile, docker-compose.yaml (Docker mode: private network + judge relay),
-                    problem.py, metakernelbench/ (problem_kit and the `submit` client), submit,
+                    problem.py, metakernelbench/ (problem_kit, the `submit` client, the static rules
+                    `check` applies), submit, check,
                     budget.sh (the prompt's minutes and submissions left),
                     dsl_docs.py, docs/<dsl>.md   (the agent's CPU sandbox: no grader, no tests, no solution)
     tests/          Dockerfile, docker-compose.yaml, test.sh, grading.json, client/ (the final-grade
@@ -38,9 +39,10 @@ from .instructions import instruction_md
 from .templating import render, template_text
 
 # The judge client modules copied into the images (standard library only): sandbox and verifier.
-SANDBOX_CLIENT = ("client.py", "submit.py")
+SANDBOX_CLIENT = ("client.py", "submit.py", "check.py")
 VERIFIER_CLIENT = ("client.py", "final.py")
-_PKG_DOC = '''"""Only the judge client lives here; the grader runs in the judge, outside this image."""'''
+_PKG_DOC = ('''"""Only the judge client (and, in the sandbox, the static rules ``check`` applies) lives here; '''
+            '''the grader runs in the judge, outside this image."""''')
 
 
 @dataclass(frozen=True)
@@ -193,12 +195,16 @@ def _sandbox_files(problem: Problem, dsl: Dsl, task: str) -> dict[str, TaskFile]
                    **_compose_values())
         ),
         "environment/submit": TaskFile.text(template_text("environment/submit"), executable=True),
+        "environment/check": TaskFile.text(render("environment/check", dsl=dsl.key), executable=True),
         "environment/budget.sh": TaskFile.text(template_text("environment/budget.sh")),
         "environment/dsl_docs.py": TaskFile(docs.read_bytes()),
         "environment/problem.py": TaskFile(problem.spec.path.read_bytes()),
         f"environment/docs/{dsl.key}.md": TaskFile.text(template_text(f"docs/{dsl.key}.md")),
     }
     files |= _judge_client("environment", SANDBOX_CLIENT)
+    # the static rules as the judge applies them (standard library only; they hold no secret)
+    rules = Path(metakernelbench.verifier.__file__).parent / "rules.py"
+    files["environment/metakernelbench/verifier/rules.py"] = TaskFile(rules.read_bytes())
     files["environment/metakernelbench/__init__.py"] = TaskFile.text(
         '"""The part of MetaKernelBench that problem files import, and the `submit` client; the grader is not here."""'
     )

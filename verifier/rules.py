@@ -12,8 +12,10 @@ from __future__ import annotations
 import ast
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .result import GradeResult, Status, failure
+if TYPE_CHECKING:
+    from .result import GradeResult
 
 MAX_KERNEL_BYTES = 512 * 1024  # a kernel file larger than this is refused before it is read further
 
@@ -287,6 +289,8 @@ def static_refusal(name: str, dsl: str, source: bytes, started: float) -> GradeR
     """The verdict of the static stage when it refuses the file (size, syntax, rules), else None.
 
     ``started`` is the grading's ``time.perf_counter()`` start (the verdict's ``grade_wall_s``)."""
+    from .result import Status, failure  # here: the scan above needs only the standard library (sandbox ``check``)
+
     if len(source) > MAX_KERNEL_BYTES:
         return failure(Status.RULE_VIOLATION, name, dsl, f"kernel file over {MAX_KERNEL_BYTES} bytes")
     violations = scan_source(source.decode("utf-8", errors="replace"), dsl)

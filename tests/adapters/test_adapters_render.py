@@ -3,6 +3,7 @@
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import yaml
 from adapters_support import ORACLES, T25, T28
@@ -37,6 +38,7 @@ def test_layout_of_a_task(built):
     assert files == [
         "environment/Dockerfile",
         "environment/budget.sh",
+        "environment/check",
         "environment/docker-compose.yaml",
         "environment/docs/cutedsl.md",
         "environment/dsl_docs.py",
@@ -44,8 +46,10 @@ def test_layout_of_a_task(built):
         "environment/metakernelbench/problem_kit.py",
         "environment/metakernelbench/verifier/__init__.py",
         "environment/metakernelbench/verifier/judge/__init__.py",
+        f"environment/{client}/check.py",
         f"environment/{client}/client.py",
         f"environment/{client}/submit.py",
+        "environment/metakernelbench/verifier/rules.py",
         "environment/problem.py",
         "environment/submit",
         "instruction.md",
@@ -62,9 +66,13 @@ def test_layout_of_a_task(built):
         "tests/grading.json",
         "tests/test.sh",
     ]
-    # no grader code anywhere in a task: the judge grades
-    assert not any(name in f for f in files for name in ("grader.py", "worker.py", "rules.py", "__pycache__"))
-    for script in ("tests/test.sh", "solution/solve.sh", "environment/submit"):
+    # no grader code anywhere in a task: the judge grades (the sandbox's `check` carries only the
+    # static rules, which hold no secret)
+    grader_code = ("grader.py", "worker.py", "launch.py", "evaluation.py", "timing.py", "guard.py", "result.py",
+                   "__pycache__")
+    assert not any(Path(f).name == name for f in files for name in grader_code)
+    assert [f for f in files if Path(f).name == "rules.py"] == ["environment/metakernelbench/verifier/rules.py"]
+    for script in ("tests/test.sh", "solution/solve.sh", "environment/submit", "environment/check"):
         assert (task / script).stat().st_mode & 0o111
     assert not (task / "task.toml").stat().st_mode & 0o111
 
