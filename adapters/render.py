@@ -19,6 +19,11 @@ Layout of a task (``tasks/<NN>_<slug>_<dsl>/``)::
 
 The grader itself runs in the judge (``verifier/judge``), in the per-DSL grader images rendered by
 ``image_files`` into ``images/`` together with the judge's own image and compose file.
+
+The judge client (``client.py``) is in a task twice on purpose: ``environment/`` builds the image the
+agent works in (its ``submit``), and everything in that image is the agent's to change; the final
+grade runs ``tests/client/``, which Harbor uploads after the agent has finished, so the grade never
+depends on a file the agent could have rewritten.
 """
 
 from __future__ import annotations
