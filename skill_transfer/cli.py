@@ -1,4 +1,4 @@
-"""``mkb`` commands of the skill-transfer part: arms, collect, compare, report, skill-check."""
+"""``mkb`` commands of the skill-transfer part: arms, collect, compare, annotate, report, skill-check."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from .annotation_models import LAYERS
 from .arms import ArmsError, ArmsOptions, plan_arms
 from .collect import collect, read_attempts
 from .compare import compare
@@ -113,16 +114,81 @@ def compare_cmd(
         typer.echo(render_tables(result))
 
 
+def annotate_cmd(
+    attempts: Annotated[Path, typer.Argument(help="attempts.jsonl from mkb collect.", exists=True, dir_okay=False)],
+    job_dirs: Annotated[list[Path], typer.Argument(help="The Harbor job folders the attempts came from.")],
+    model: Annotated[str, typer.Option(help="Annotator: any LiteLLM model string, e.g. anthropic/claude-x.")],
+    api_base: Annotated[str | None, typer.Option(help="API base URL (e.g. a local OpenAI-compatible server).")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", help="Where to write [<stem>.annotations.jsonl beside ATTEMPTS].")] = None,
+    pass_id: Annotated[int, typer.Option("--pass", help="Pass number: a second pass is a separate cache entry.")] = 1,
+    layers: Annotated[str, typer.Option(help="Comma-separated layers.")] = ",".join(LAYERS),
+    tries: Annotated[int, typer.Option(help="Requests per item before it is recorded unlabelled.")] = 3,
+    cache: Annotated[Path | None, typer.Option(help="Cache folder [<stem>.annotate-cache beside ATTEMPTS].")] = None,
+    max_trajectory_chars: Annotated[int, typer.Option(help="Trajectory text shown per attempt.")] = 60_000,
+) -> None:
+    """Annotate skills and transfers with an LLM: content labels, follow, propagation, failure class."""
+    from .annotate import Materials, build_items, default_output, index_trials, run_items
+    from .llm import Annotator, AnnotatorError, AnnotatorSettings
+
+    wanted = [x.strip() for x in layers.split(",") if x.strip()]
+    unknown = sorted(set(wanted) - set(LAYERS))
+    missing = [str(p) for p in job_dirs if not p.exists()]
+    if unknown or missing or tries < 1 or pass_id < 1:
+        why = (f"unknown layer(s) {', '.join(unknown)} (expected {', '.join(LAYERS)})" if unknown
+               else f"no such folder: {', '.join(missing)}" if missing else "--tries and --pass must be at least 1")
+        typer.echo(f"error: {why}", err=True)
+        raise typer.Exit(2)
+    rows = read_attempts(attempts)
+    settings = AnnotatorSettings(model=model, api_base=api_base, pass_id=pass_id, max_tries=tries,
+                                 cache_dir=cache or attempts.with_name(f"{attempts.stem}.annotate-cache"))
+    annotator = Annotator(settings)
+    items = build_items(rows, Materials(index_trials(job_dirs), max_chars=max_trajectory_chars), wanted)
+    try:
+        records = run_items(items, annotator)
+    except AnnotatorError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    target = output or default_output(attempts, pass_id)
+    target.write_text("".join(r.model_dump_json() + "\n" for r in records))
+    unlabelled = sum(r.status == "unlabelled" for r in records)
+    typer.echo(f"{len(records)} items ({unlabelled} unlabelled), {annotator.calls} requests sent, "
+               f"{sum(r.cached for r in records)} from the cache; wrote {target}", err=True)
+
+
 def report_cmd(
     attempts: Annotated[Path, typer.Argument(help="attempts.jsonl from mkb collect.", exists=True, dir_okay=False)],
     out: Annotated[Path, typer.Option("-o", "--out", help="Output folder.")],
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
     n_boot: Annotated[int, typer.Option(help="Bootstrap resamples per cell.")] = 2000,
     note: Annotated[str | None, typer.Option(help="A banner shown at the top (e.g. 'synthetic data').")] = None,
+    annotations: Annotated[Path | None, typer.Option(
+        help="mkb annotate's output [<stem>.annotations.jsonl beside ATTEMPTS, if it exists].")] = None,
+    agreement: Annotated[Path | None, typer.Option(
+        help="A second annotations file (another annotator or pass): adds Cohen's kappa per layer.")] = None,
 ) -> None:
     """Write the tables (Markdown, CSV) and an HTML page with plots."""
-    write_report(read_attempts(attempts), out, seed=seed, n_boot=n_boot, note=note)
-    typer.echo(f"wrote {out / 'index.html'}, {out / 'report.md'} and CSV tables")
+    from .annotate import default_output, read_annotations
+
+    if annotations is None and default_output(attempts).is_file():
+        annotations = default_output(attempts)
+    for path in (annotations, agreement):
+        if path is not None and not path.is_file():
+            typer.echo(f"error: no such annotations file: {path}", err=True)
+            raise typer.Exit(2)
+    if agreement is not None and annotations is None:
+        typer.echo("error: --agreement needs the first annotations file (--annotations)", err=True)
+        raise typer.Exit(2)
+    try:
+        first = read_annotations(annotations) if annotations else None
+        second = read_annotations(agreement) if agreement else None
+        write_report(read_attempts(attempts), out, seed=seed, n_boot=n_boot, note=note,
+                     annotations=first, second=second)
+    except ValueError as exc:
+        typer.echo(f"error: {str(exc).splitlines()[0]}", err=True)
+        raise typer.Exit(2) from exc
+    extra = f" with the annotations of {annotations}" if annotations else ""
+    typer.echo(f"wrote {out / 'index.html'}, {out / 'report.md'} and CSV tables{extra}")
 
 
 def skill_check(
@@ -177,6 +243,7 @@ def register(app: typer.Typer) -> None:
     app.command("arms")(arms)
     app.command("collect")(collect_cmd)
     app.command("compare")(compare_cmd)
+    app.command("annotate")(annotate_cmd)
     app.command("report")(report_cmd)
     app.command("skill-check")(skill_check)
     app.command("check-submission")(check_submission_cmd)

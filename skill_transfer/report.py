@@ -16,7 +16,9 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from pathlib import Path
 
-from . import svg
+from . import annotation_report, svg
+from .annotation_models import AnnotationRecord
+from .annotation_tables import AnnotationTables, annotation_tables
 from .compare import chosen_attempts, compare
 from .hygiene import KINDS
 from .models import DIRECTIONS, STANDINGS, STATUS_SKIPPED, Attempt, CompareResult
@@ -129,7 +131,8 @@ def _raw_tables(result: CompareResult) -> dict[str, tuple[list[str], list[list[o
     }
 
 
-def render_markdown(attempts: Sequence[Attempt], result: CompareResult, note: str | None) -> str:
+def render_markdown(attempts: Sequence[Attempt], result: CompareResult, note: str | None,
+                    annotations: AnnotationTables | None = None) -> str:
     parts = ["# Skill transfer report", ""]
     if note:
         parts += [f"> **{note}**", ""]
@@ -137,6 +140,11 @@ def render_markdown(attempts: Sequence[Attempt], result: CompareResult, note: st
               "## Attempts by arm", "", md_table(PASS_HEADERS, pass_rate_rows(attempts)), "",
               "## Skill hygiene (solo skills; code, commands and API calls are against the rules)", "",
               md_table(HYGIENE_HEADERS, hygiene_rows(attempts)), ""]
+    if annotations is not None:
+        parts += ["# Why transfers helped or harmed (LLM annotations)", "",
+                  annotation_report.provenance_line(annotations), ""]
+        for title, headers, rows, _name in annotation_report.sections(annotations):
+            parts += [f"## {title}", "", md_table(headers, rows), ""]
     return "\n".join(parts)
 
 
@@ -180,7 +188,8 @@ figure { margin: 1em 0 2em; overflow-x: auto; }
 """
 
 
-def render_html(attempts: Sequence[Attempt], result: CompareResult, note: str | None) -> str:
+def render_html(attempts: Sequence[Attempt], result: CompareResult, note: str | None,
+                annotations: AnnotationTables | None = None) -> str:
     pooled = [c for c in result.cells if c.family is None]
     families = [c for c in result.cells if c.family is not None]
     figs = charts(result)
@@ -213,18 +222,36 @@ def render_html(attempts: Sequence[Attempt], result: CompareResult, note: str | 
         f"<p>Bootstrap: {result.n_boot} resamples of problems per cell, seed {result.seed}. "
         f"Directions: {', '.join(DIRECTIONS)}.</p>",
     ]
+    if annotations is not None:
+        sections += ["<h1>Why transfers helped or harmed (LLM annotations)</h1>",
+                     f"<p>{escape(annotation_report.provenance_line(annotations))}</p>"]
+        for title, headers, rows, _name in annotation_report.sections(annotations):
+            sections += [f"<h2>{escape(title)}</h2>", _html_table(headers, rows)]
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<title>Skill transfer report</title>"
             f"<style>{CSS}</style></head><body>" + "\n".join(s for s in sections if s) + "</body></html>\n")
 
 
 def write_report(attempts: Sequence[Attempt], out: Path, seed: int = 0, n_boot: int = 2000,
-                 note: str | None = None) -> CompareResult:
-    """Write report.md, index.html, compare.json and one CSV per table into ``out``."""
+                 note: str | None = None, annotations: Sequence[AnnotationRecord] | None = None,
+                 second: Sequence[AnnotationRecord] | None = None) -> CompareResult:
+    """Write report.md, index.html, compare.json and one CSV per table into ``out``.
+
+    With ``annotations`` (from ``mkb annotate``) the annotation tables are added, and
+    ``annotations.json`` and one CSV per annotation table are written; with ``second`` (another
+    annotator or pass over the same attempts) the agreement table too.
+    """
     result = compare(attempts, seed=seed, n_boot=n_boot)
+    tables = None
+    if annotations is not None:
+        tables = annotation_tables(annotations, result.comparisons, seed=seed, n_boot=n_boot, second=second)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(render_markdown(attempts, result, note))
-    (out / "index.html").write_text(render_html(attempts, result, note))
+    (out / "report.md").write_text(render_markdown(attempts, result, note, tables))
+    (out / "index.html").write_text(render_html(attempts, result, note, tables))
+    if tables is not None:
+        (out / "annotations.json").write_text(tables.model_dump_json(indent=2) + "\n")
+        for _title, headers, rows, name in annotation_report.sections(tables):
+            (out / f"{name}.csv").write_text(_csv(headers, rows))
     (out / "compare.json").write_text(result.model_dump_json(indent=2) + "\n")
     for name, (headers, rows) in _raw_tables(result).items():
         (out / f"{name}.csv").write_text(_csv(headers, rows))
