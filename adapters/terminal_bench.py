@@ -1,13 +1,21 @@
 """``mkb build --format terminal-bench``: the same tasks in the Terminal-Bench 0.2 layout.
 
 For users still on the ``terminal-bench`` harness: each task folder has ``task.yaml`` (instruction
-and limits, written with Terminal-Bench's own ``Task`` model when the package is installed),
-``Dockerfile`` plus the sandbox files (the Harbor task's ``environment/``, unchanged), a
-``docker-compose.yaml`` with the judge relay, ``run-tests.sh`` (the final grade from the judge,
-printed for Terminal-Bench's pytest parser), ``solution.sh`` (the oracle kernel, when there is one)
-and ``tests/`` (the final-grade client). The protocol is the same as the Harbor Docker mode except
-that Terminal-Bench runs the tests inside the agent's container, so the final grade is the attempt's
-own one-time request through its relay, not a separately authenticated verifier's.
+and limits, in the fields of Terminal-Bench's ``Task`` model), ``Dockerfile`` plus the sandbox files
+(the Harbor task's ``environment/``, unchanged), a ``docker-compose.yaml`` with the judge relay,
+``run-tests.sh`` (the final grade from the judge), ``solution.sh`` (the oracle kernel, when there is
+one) and ``tests/`` (the final-grade client and ``summary.py``). The protocol is the same as the
+Harbor Docker mode except that Terminal-Bench runs the tests inside the agent's container, so the
+final grade is the attempt's own one-time request through its relay, not a separately authenticated
+verifier's.
+
+Terminal-Bench scores a trial as pass/fail per named test; the speedup is kept twice: in the id of
+the passing test (``test_final_grade[speedup=2.41]``, stored in Terminal-Bench's ``parser_results``)
+and as ``reward.json``/``grade.json`` in the trial's session logs (``sessions/mkb-final/``).
+
+Authors: Terminal-Bench's ``author_name`` is the project's (``config.AUTHORS``). The project
+publishes no email address and Terminal-Bench 0.2's task model has no field for a URL, so
+``author_email`` is left out, which the model permits (it then reads as its default, "unknown").
 """
 
 from __future__ import annotations
@@ -25,16 +33,19 @@ from .dsl import DSLS, Dsl
 from .render import TaskFile, _compose_values, render_task, task_dir_name, task_name
 from .templating import render
 
-CATEGORY = "gpu-kernels"
+
+def author_name() -> str:
+    """The project's authors as one name (Terminal-Bench has a single author field)."""
+    return ", ".join(author["name"] for author in config.AUTHORS)
 
 
 def task_yaml(problem: Problem, dsl: Dsl, instruction: str) -> str:
+    """``task.yaml``; ``author_email`` is omitted on purpose (see the module docstring)."""
     data = {
         "instruction": instruction,
-        "author_name": "MetaKernelBench",
-        "author_email": "unknown",
+        "author_name": author_name(),
         "difficulty": "hard",
-        "category": CATEGORY,
+        "category": config.CATEGORY,
         "tags": ["metakernelbench", problem.spec.family, dsl.key, "gpu", "skill-transfer"],
         "parser_name": "pytest",
         "max_agent_timeout_sec": float(config.AGENT_TIMEOUT_SEC),
@@ -69,6 +80,7 @@ def render_tb_task(problem: Problem, dsl: Dsl, oracles: Path) -> dict[str, TaskF
     files["run-tests.sh"] = TaskFile.text(render(
         "terminal-bench/run-tests.sh", task=task,
         grade_timeout=str(config.VERIFIER_TIMEOUT_SEC - config.GRADE_TIMEOUT_MARGIN_SEC)), executable=True)
+    files["tests/summary.py"] = TaskFile.text(render("terminal-bench/summary.py"))
     files["solution.sh"] = TaskFile.text(_solution(harbor), executable=True)
     return dict(sorted(files.items()))
 

@@ -33,6 +33,7 @@ for name in names:
     paths = TaskPaths(root / name)
     task = Task.from_yaml(paths.task_config_path)
     assert task.max_agent_timeout_sec == 2400 and task.parser_name.value == "pytest"
+    assert task.author_name == "MetaKernelBench contributors" and task.category == "gpu-kernel-optimization"
     assert paths.solution_path.is_file() and paths.run_tests_path.is_file() and paths.test_dir.is_dir()
     compose = yaml.safe_load(paths.docker_compose_path.read_text())
     assert compose["services"]["client"]["image"] == "${T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME}"
@@ -92,7 +93,8 @@ def test_terminal_bench_layout(tmp_path):
     task = out / f"{T28}_tirx"
     names = sorted(p.relative_to(task).as_posix() for p in task.rglob("*") if p.is_file())
     for needed in ("task.yaml", "Dockerfile", "docker-compose.yaml", "run-tests.sh", "solution.sh", "problem.py",
-                   "submit", "tests/grading.json", "tests/client/metakernelbench/verifier/judge/final.py"):
+                   "submit", "tests/grading.json", "tests/summary.py",
+                   "tests/client/metakernelbench/verifier/judge/final.py"):
         assert needed in names
     assert os.access(task / "run-tests.sh", os.X_OK) and os.access(task / "solution.sh", os.X_OK)
     data = yaml.safe_load((task / "task.yaml").read_text())
