@@ -83,6 +83,12 @@ def test_job_configs_for_each_arm():
         config = JobConfig.model_validate(yaml.safe_load((REPO_ROOT / "configs" / "jobs" / f"{arm}.yaml").read_text()))
         target = arm.split("2")[-1].removeprefix("solo_")
         assert config.datasets[0].task_names == [f"*_{target}"] and config.job_name == arm
+        # the dataset metric by name; relative to the repository root, where the configs are run
+        assert [(m.type, m.kwargs) for m in config.metrics] == [("uv-script", {"script_path": "tasks/metric.py"})]
+        assert (REPO_ROOT / config.metrics[0].kwargs["script_path"]).is_file()
+        # extra="forbid" is how `harbor run -c` validates a config file
+        JobConfig.model_validate(yaml.safe_load((REPO_ROOT / "configs" / "jobs" / f"{arm}.yaml").read_text()),
+                                 extra="forbid")
 
 
 def test_terminal_bench_layout(tmp_path):
