@@ -64,6 +64,7 @@ class FakeAttempt:
     grade_json: bool = True  # False: only Harbor's flat rewards (reward.json) exist
     rewards: bool = True  # False: the verifier left nothing at all
     finished: bool = True
+    trajectory: list[dict] | None = None  # ATIF steps for agent/trajectory.json (else an empty object)
 
     @property
     def passed(self) -> bool:
@@ -150,7 +151,9 @@ def write_job(
         paths.mkdir()
         paths.config_path.write_text(trial_config.model_dump_json(indent=4, exclude_defaults=True))
         paths.log_path.write_text("")
-        (paths.agent_dir / "trajectory.json").write_text("{}")
+        steps = {"schema_version": "ATIF-v1.5", "session_id": trial_config.trial_name,
+                 "agent": {"name": agent_config.name or "custom", "version": "2.0"}, "steps": a.trajectory}
+        (paths.agent_dir / "trajectory.json").write_text(json.dumps(steps) if a.trajectory else "{}")
         # Harbor always collects the convention folder /logs/artifacts first, then each declared
         # artifact; destinations are relative to the trial folder.
         (paths.artifacts_dir / "logs" / "artifacts").mkdir(parents=True, exist_ok=True)
