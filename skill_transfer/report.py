@@ -2,7 +2,8 @@
 
 Everything is derived from the attempts table by ``compare.compare`` (the same numbers that
 ``mkb compare --json`` prints), plus two descriptive tables: attempt pass rates per arm and skill
-hygiene per model (``hygiene``). The HTML page embeds its charts as inline SVG and its style in a
+hygiene per model (``hygiene``), and, when ``mkb annotate`` has run, the annotation tables
+(``annotation_tables``). The HTML page embeds its charts as inline SVG and its style in a
 ``<style>`` block, so it opens from disk without a server, scripts or network.
 """
 
