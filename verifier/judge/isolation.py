@@ -14,9 +14,11 @@ evaluation: a ``.pth`` file, a patched package, a daemon left running on the GPU
   created or changed during it: any is a REWARD_HACK verdict, and the judge refuses to evaluate
   further until they are removed. Leftover processes are found by a marker in their environment.
 
-Both read the runner's report (``runner``) and apply the same blame rule (``outcome_without_result``):
-a failure before the submission's code could run is an infrastructure fault (never charged); after
-it, a grader that was killed, stopped, timed out or went silent is a charged verdict.
+Both run an evaluation on its device slot's own physical cores (``cpu_plan``: no two slots' timing
+loops meet on a core), read the runner's report (``runner``) and apply the same blame rule
+(``outcome_without_result``): a failure before the submission's code could run is an infrastructure
+fault (never charged); after it, a grader that was killed, stopped, timed out or went silent is a
+charged verdict.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..result import Status, failure
+from .cpu_plan import CpuPlan, cpu_list_text
 
 EVAL_MARKER = "MKB_EVAL_ID"
 BASE_EVAL_UID = 61000
@@ -272,24 +275,13 @@ def changed_since(roots: list[tuple[Path, bool]], since_ns: int, limit: int = 20
     return found[:limit]
 
 
-def slot_cpus(slot: int, slots: int) -> set[int] | None:
-    """The CPUs of device slot ``slot`` when ``slots`` evaluations run at once: a disjoint share, so no
-    two timing loops (and their graders' spins) ever share a core. None with one slot."""
-    if slots <= 1 or not hasattr(os, "sched_getaffinity"):
-        return None
-    cpus = sorted(os.sched_getaffinity(0))
-    share = len(cpus) // slots
-    if share < 1:
-        return None
-    return set(cpus[slot * share:(slot + 1) * share])
-
-
 def _child_env(marker: str, home: Path, tmp: Path, eager_cache: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_DENY_PREFIXES)}
     if eager_cache is not None:  # the eager baselines outlive one evaluation (grader.eager_baseline)
         env["MKB_EAGER_CACHE"] = str(eager_cache)
+    # cuda:N is the N-th GPU by PCI bus id, as for NVML, Docker and the judge's CPU plan (cpu_plan)
     env.update({EVAL_MARKER: marker, "HOME": str(home), "TMPDIR": str(tmp), "PYTHONNOUSERSITE": "1",
-                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"})
+                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
     return env
 
 
@@ -340,7 +332,7 @@ class SubprocessIsolation:
         return killed
 
     drop_refused: str | None = None
-    cpu_slots = 1  # device slots sharing this host's CPUs (set by the judge): each gets its own CPUs
+    cpu_plan: CpuPlan | None = None  # each device slot's own CPUs (set by the judge: cpu_plan.host_plan)
 
     @staticmethod
     def _probe_uid(uid: int) -> str | None:
@@ -404,18 +396,26 @@ class SubprocessIsolation:
             extra = {"user": uid, "group": uid, "extra_groups": []}
         with open(log, "wb") as err:
             try:
-                cpus = slot_cpus(slot, self.cpu_slots)
+                cpus = self.cpu_plan.cpus_for(slot) if self.cpu_plan else None
                 proc = subprocess.Popen(self.command(req, kernel, device), stdout=subprocess.PIPE, stderr=err,
                                         stdin=subprocess.DEVNULL, cwd=folder,
                                         env=_child_env(marker, home, tmp, eager_cache),
                                         start_new_session=True, **extra)
-                if cpus:  # before the runner starts its workers (they inherit it); no preexec_fn in a threaded judge
-                    try:
-                        os.sched_setaffinity(proc.pid, cpus)
-                    except OSError:
-                        pass
             except OSError as exc:
                 return outcome_without_result(req, report, f"cannot start the runner: {exc}")
+            if cpus:  # before the runner starts its workers (they inherit it); no preexec_fn in a threaded judge
+                try:
+                    os.sched_setaffinity(proc.pid, cpus)
+                except ProcessLookupError:
+                    pass  # it has already exited: its exit status tells what happened
+                except OSError as exc:  # unpinned, it could share cores with another slot's timing loop
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        proc.kill()
+                    proc.wait()
+                    return outcome_without_result(req, report, f"cannot pin the runner to CPUs "
+                                                                f"{cpu_list_text(cpus)}: {exc}")
             reader = threading.Thread(target=lambda: [report.feed(line.decode(errors="replace"), on_stage)
                                                       for line in proc.stdout], daemon=True)
             reader.start()
@@ -479,8 +479,10 @@ class DockerIsolation:
     def describe(self) -> dict[str, Any]:
         return {"images": self.images, "user": self.user, "mem_limit": self.mem_limit}
 
-    def container_spec(self, req: EvalRequest, device: str) -> dict[str, Any]:
-        """Keyword arguments of ``client.containers.create`` for one evaluation."""
+    cpu_plan: CpuPlan | None = None  # each device slot's own CPUs (set by the judge: cpu_plan.host_plan)
+
+    def container_spec(self, req: EvalRequest, device: str, cpus: set[int] | None = None) -> dict[str, Any]:
+        """Keyword arguments of ``client.containers.create`` for one evaluation (on ``cpus`` when given)."""
         gpu = device.split(":", 1)[1] if device.startswith("cuda:") else None
         cmd = ["python", "-m", "metakernelbench.verifier.judge.runner", "--problem", req.problem, "--dsl", req.dsl,
                "--kernel", "/work/kernel.py", "--device", "cuda:0" if gpu is not None else "cpu",
@@ -493,6 +495,8 @@ class DockerIsolation:
             labels={"metakernelbench.role": "evaluation", "metakernelbench.submission": str(req.submission_id)},
             detach=True, init=True,
         )
+        if cpus:
+            spec["cpuset_cpus"] = cpu_list_text(cpus)
         if gpu is not None:
             request = {"Driver": "", "Count": 0, "DeviceIDs": [gpu], "Capabilities": [["gpu"]], "Options": {}}
             try:
@@ -521,7 +525,8 @@ class DockerIsolation:
                  on_stage: Callable[[str], None]) -> EvalOutcome:
         report = RunnerReport()
         try:
-            container = self.client.containers.create(**self.container_spec(req, device))
+            cpus = self.cpu_plan.cpus_for(slot) if self.cpu_plan else None
+            container = self.client.containers.create(**self.container_spec(req, device, cpus))
         except Exception as exc:  # noqa: BLE001 - image missing, daemon down: infrastructure
             return outcome_without_result(req, report, f"cannot create the evaluation container: {exc}")
         try:

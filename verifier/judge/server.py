@@ -1,5 +1,7 @@
 """Assemble and run a judge: state folder, secrets, store, isolation, device slots, HTTP.
 
+Device slots: one per ``--devices`` entry, each with its own CPUs (``cpu_plan.host_plan``).
+
 State folder (``--state``): ``judge.db`` (the store), ``admin.token`` (mode 0600), ``work/`` (one
 folder per running evaluation, removed afterwards), ``judge.pid``. With ``--secrets-dir`` the judge
 also writes ``relay.token`` and ``final.token`` there: in the Docker mode that folder is a volume
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from metakernelbench.problems import PROBLEMS_DIR
 
+from .cpu_plan import host_plan
 from .isolation import DockerIsolation, GradeSettings, SubprocessIsolation, docker_client
 from .queue import Scheduler
 from .service import DEFAULT_BUDGET, DEFAULT_MINUTES, Judge, serve_http
@@ -88,14 +91,18 @@ class RunningJudge:
         if requeued:
             log.warning("queued again after a restart: submissions %s", requeued)
         self.isolation = make_isolation(config)
-        if hasattr(self.isolation, "cpu_slots"):
-            self.isolation.cpu_slots = len(config.devices)
+        self.cpu_plan = host_plan(config.devices, honour_visible=getattr(self.isolation, "name", "") != "docker")
+        if self.cpu_plan.shared:
+            log.warning("CPU plan: %s", self.cpu_plan.note)
+        if hasattr(self.isolation, "cpu_plan"):
+            self.isolation.cpu_plan = self.cpu_plan
         self.scheduler = Scheduler(self.store, self.isolation, config.devices)
         self.judge = Judge(self.store, self.scheduler, config.problems_root, config.budget, config.minutes)
         self.servers = serve_http(self.judge, config.listen, config.unix)
         self.scheduler.start()
-        log.info("judge up: devices %s, isolation %s, listening on %s %s", config.devices, self.isolation.name,
-                 config.listen or "", config.unix or "")
+        log.info("judge up: devices %s, isolation %s, listening on %s %s; CPUs per slot (%s): %s", config.devices,
+                 self.isolation.name, config.listen or "", config.unix or "", self.cpu_plan.source,
+                 [s.cpus for s in self.cpu_plan.slots])
 
     @property
     def url(self) -> str:

@@ -15,6 +15,7 @@ import pytest
 from judge_support import PROBLEM, passed
 
 from metakernelbench.verifier.judge import isolation as iso_mod
+from metakernelbench.verifier.judge.cpu_plan import CpuPlan, SlotCpus
 from metakernelbench.verifier.judge.isolation import (
     DockerIsolation,
     EvalRequest,
@@ -244,11 +245,36 @@ def test_import_roots_watch_packages_deeply_and_pythonpath_shallowly(tmp_path, m
     assert iso_mod.changed_since([(shallow, False)], since) == [str(shallow / "numpy.py")]
 
 
-def test_device_slots_get_disjoint_cpus(monkeypatch):
-    from metakernelbench.verifier.judge import isolation
+def two_slot_plan(first: list[int], second: list[int]) -> CpuPlan:
+    slots = [SlotCpus(slot=0, device="cuda:0", cpus=first), SlotCpus(slot=1, device="cuda:1", cpus=second)]
+    return CpuPlan(slots=slots, source="even-split", shared=False)
 
-    monkeypatch.setattr(isolation.os, "sched_getaffinity", lambda pid: set(range(16)))
-    assert isolation.slot_cpus(0, 1) is None
-    shares = [isolation.slot_cpus(k, 4) for k in range(4)]
-    assert all(len(s) == 4 for s in shares)
-    assert set().union(*shares) == set(range(16)) and sum(len(s) for s in shares) == 16
+
+def test_docker_evaluations_get_their_slots_cpuset():
+    lines = b'{"stage": "grading"}\n' + json.dumps({"result": passed()}).encode() + b"\n"
+    client = FakeDocker(FakeContainer(lines))
+    isolation = DockerIsolation(client, {"tirx": "mkb/grader-tirx:test"}, GradeSettings(wall_limit_s=5))
+    isolation.cpu_plan = two_slot_plan([0, 1, 8, 9], [2, 3, 10, 11])
+    for slot in (1, 0):
+        isolation.evaluate(EvalRequest(3, PROBLEM, "tirx", b"x=1\n"), f"cuda:{slot}", slot, lambda s: None)
+    assert [spec["cpuset_cpus"] for spec in client.specs] == ["2,3,10,11", "0,1,8,9"]
+    assert "cpuset_cpus" not in isolation.container_spec(EvalRequest(3, PROBLEM, "tirx", b""), "cuda:0")
+
+
+def test_a_runner_that_cannot_be_pinned_is_not_run_unpinned(tmp_path):
+    """A share the kernel refuses (here a CPU that does not exist) is an uncharged infrastructure fault."""
+    isolation = ScriptIsolation(tmp_path, PRELUDE + "emit({'stage': 'grading'}); time.sleep(30)\n")
+    isolation.cpu_plan = two_slot_plan([4095], [4094])
+    started = time.monotonic()
+    out = isolation.evaluate(EvalRequest(7, PROBLEM, "tirx", b"x=1\n"), "cuda:0", 0, lambda s: None)
+    assert out.result["status"] == "INFRA_ERROR" and not out.charged and "pin" in out.result["message"]
+    assert time.monotonic() - started < 20
+
+
+def test_the_runner_gets_pci_order_device_numbering(tmp_path):
+    out, _, _ = run(tmp_path, f"""
+        emit({{"stage": "grading"}})
+        result = json.loads({RESULT!r})["result"]
+        emit({{"result": {{**result, "message": os.environ.get("CUDA_DEVICE_ORDER", "unset")}}}})
+    """)
+    assert out.result["message"] == "PCI_BUS_ID"
