@@ -75,8 +75,13 @@ def harness_overhead(samples: int = 200) -> dict:
                     "adds a tiny eager kernel for scale"}
 
 
+def oracle_problem_ids() -> list[str]:
+    """Every problem with an oracle kernel under ``oracles/`` (the pilots and every one added since)."""
+    return sorted({path.name[:2] for path in (REPO_ROOT / "oracles").glob("[0-9][0-9]_*.py")})
+
+
 def run_oracles(config, results):
-    for pid in PILOTS:
+    for pid in oracle_problem_ids():
         problem = find_problem(pid)
         for dsl in ("cutedsl", "tirx"):
             path = REPO_ROOT / "oracles" / f"{problem.spec.name}_{dsl}.py"
