@@ -12,7 +12,8 @@ Layout of a task (``tasks/<NN>_<slug>_<dsl>/``)::
                     problem.py, metakernelbench/ (problem_kit, the `submit` client, the static rules
                     `check` applies), submit, check,
                     budget.sh (the prompt's minutes and submissions left),
-                    dsl_docs.py, docs/<dsl>.md   (the agent's CPU sandbox: no grader, no tests, no solution)
+                    dsl_docs.py, official_docs.py (the DSL's reference and official pages, made at build),
+                    docs/<dsl>.md   (the agent's CPU sandbox: no grader, no tests, no solution)
     tests/          Dockerfile, docker-compose.yaml, test.sh, grading.json, client/ (the final-grade
                     client): the separate verifier container, which asks the judge for the grade
     solution/       solve.sh (+ kernel.py when an oracle exists)
@@ -203,6 +204,7 @@ def _sandbox_files(problem: Problem, dsl: Dsl, task: str) -> dict[str, TaskFile]
         "environment/check": TaskFile.text(render("environment/check", dsl=dsl.key), executable=True),
         "environment/budget.sh": TaskFile.text(template_text("environment/budget.sh")),
         "environment/dsl_docs.py": TaskFile(docs.read_bytes()),
+        "environment/official_docs.py": TaskFile((Path(__file__).parent / "official_docs.py").read_bytes()),
         "environment/problem.py": TaskFile(problem.spec.path.read_bytes()),
         f"environment/docs/{dsl.key}.md": TaskFile.text(template_text(f"docs/{dsl.key}.md")),
     }

@@ -50,6 +50,7 @@ def test_layout_of_a_task(built):
         f"environment/{client}/client.py",
         f"environment/{client}/submit.py",
         "environment/metakernelbench/verifier/rules.py",
+        "environment/official_docs.py",
         "environment/problem.py",
         "environment/submit",
         "instruction.md",
@@ -220,9 +221,12 @@ def test_images_pin_versions_and_keep_tests_out_of_the_sandbox(built):
         verifier = (task / "tests/Dockerfile").read_text()
         assert "COPY . /tests/" in verifier and "torch" not in verifier and "pip" not in verifier
         assert f"ARG BASE_IMAGE={BASE_IMAGE}\nFROM ${{BASE_IMAGE}}\n" in verifier
-        for compose in ("environment/docker-compose.yaml", "tests/docker-compose.yaml"):
+        # the sandbox's build also chooses whether the DSL's official documentation is fetched
+        docs_args = {"MKB_OFFICIAL_DOCS": "${MKB_OFFICIAL_DOCS:-fetch}",
+                     "MKB_DOCS_ARCHIVE_URL": "${MKB_DOCS_ARCHIVE_URL:-}"}
+        for compose, extra in (("environment/docker-compose.yaml", docs_args), ("tests/docker-compose.yaml", {})):
             main = yaml.safe_load((task / compose).read_text())["services"]["main"]
-            assert main["build"]["args"] == {"BASE_IMAGE": f"${{MKB_BASE_IMAGE:-{BASE_IMAGE}}}"}
+            assert main["build"]["args"] == {"BASE_IMAGE": f"${{MKB_BASE_IMAGE:-{BASE_IMAGE}}}", **extra}
     judge = images["images/judge.Dockerfile"].content.decode()
     assert "docker==7.1.0" in judge and "torch" not in judge
     assert f"ARG BASE_IMAGE={BASE_IMAGE}\nFROM ${{BASE_IMAGE}}\n" in judge
