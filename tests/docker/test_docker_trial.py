@@ -88,7 +88,9 @@ def trial(tmp_path_factory):
     override = root / "judge-cpu.json"
     override.write_text(json.dumps({"services": {"judge": {"command": JUDGE_CPU}}}))
     compose = ["docker", "compose", "-f", str(REPO / "images" / "judge-compose.yaml"), "-f", str(override)]
-    env = {**os.environ, "MKB_BASE_IMAGE": BASE, "MKB_JUDGE_PUBLISH": "127.0.0.1:"}
+    # the sandbox image's official DSL pages come from GitHub, which a registry-less host cannot reach
+    env = {**os.environ, "MKB_BASE_IMAGE": BASE, "MKB_JUDGE_PUBLISH": "127.0.0.1:",
+           "MKB_OFFICIAL_DOCS": os.environ.get("MKB_OFFICIAL_DOCS", "skip")}
     events = subprocess.Popen(["docker", "events", "--filter", f"label={ROLE}", "--filter", "type=container",
                                "--format", "{{.Action}} {{index .Actor.Attributes \"metakernelbench.submission\"}}"],
                               stdout=subprocess.PIPE, text=True)
