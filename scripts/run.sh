@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The default job: set up .venv, then
-#   - with an NVIDIA GPU: grade the 12 pilot oracle kernels with the full grader -> results/local/pilot.json
+#   - with an NVIDIA GPU: grade every oracle kernel under oracles/ with the full grader -> results/local/pilot.json
 #   - CPU only: grade one TIRx kernel compiled for the CPU (llvm), then run a miniature transfer study end
 #     to end (demo/study.py): Harbor's Terminus-2 agent against a local scripted model, all four arms on
 #     problems 28 and 25, the local judge on the CPU, then mkb collect, compare and report. A
