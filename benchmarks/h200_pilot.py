@@ -1,4 +1,4 @@
-"""Grade every pilot oracle, negative control and GPU exploit on the local GPU; write pilot.json.
+"""Grade every oracle, the pilot problems' negative controls and every GPU exploit; write pilot.json.
 
     python benchmarks/h200_pilot.py --out results/h200/pilot.json [--quick] [--only oracles,controls,exploits]
 
