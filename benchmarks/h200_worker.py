@@ -7,7 +7,10 @@ grader's candidate worker does. This starts the real workers (``launch.start_wor
 worker configuration and drives the candidate with the grader's own ``Evaluation.call`` in
 variants interleaved segment by segment with the plain process:
 
-- ``fresh``: a fresh draw in the grader before each call (the grader's timing loop);
+- ``fresh``: a fresh draw in the grader before each call, the worker's heavy checks deferred to
+  the end of the segment (``CallRequest.light_checks``: the grader's timing loop);
+- ``fresh_heavy``: the same with the heavy checks after every call (correctness and audit calls,
+  and every call before the deferral);
 - ``reuse``: one draw sent again and again (the grader does no GPU work between calls);
 - ``paced``: as ``reuse``, with 3 ms of grader-side sleep between calls (the pace of a fresh draw).
 
@@ -32,16 +35,21 @@ CONFIGS = {"default": {}, "unpinned": {"pin_cores": False}, "hot": {"hot_wait_ms
 
 
 def _segment(ev, variant: str, calls: int) -> dict:
+    from metakernelbench.verifier.protocol import FetchRequest
+
     spans, returned = [], []
-    reused = ev.draw(ev.seed()) if variant != "fresh" else None
+    reused = ev.draw(ev.seed()) if not variant.startswith("fresh") else None
+    light = variant != "fresh_heavy"
     for i in range(calls + 3):
         inputs = ev.draw(ev.seed()) if reused is None else reused
         if variant == "paced":
             time.sleep(0.003)
-        result, _, _ = ev.call(ev.candidate, inputs, check_threads=False)
+        result, _, _ = ev.call(ev.candidate, inputs, check_threads=False, light_checks=light)
         if i >= 3:
             spans.append(ev.last_span_ns / 1e3)
             returned.append(result.returned_ns / 1e3)
+    if light:  # the deferred checks, as the grader's timing loop runs them
+        ev.candidate.request(FetchRequest(0, "", []), ev.config.call_timeout_s)
     return {"span_us": round(statistics.median(spans), 2), "host_launch_us": round(statistics.median(returned), 2)}
 
 
@@ -52,7 +60,7 @@ def main() -> int:
     p.add_argument("--dsl", required=True)
     p.add_argument("--device", default="cuda:0")
     p.add_argument("--configs", default="default,unpinned,hot")
-    p.add_argument("--variants", default="fresh,reuse,paced")
+    p.add_argument("--variants", default="fresh,fresh_heavy,reuse,paced")
     p.add_argument("--segments", type=int, default=4)
     p.add_argument("--calls", type=int, default=40)
     p.add_argument("--out", type=Path, default=None)
