@@ -29,7 +29,9 @@ from metakernelbench.verifier.tensors import promote_floats, snapshot_graded
 ORACLES = REPO_ROOT / "oracles"
 PROBLEMS = {
     "02": "attention/02_gqa_paged_decode_h5_kv1_d128_ps1_bf16",
+    "19": "kv_cache/19_qk_rmsnorm_partial_rope_paged_kv_update_glm4_bf16",
     "21": "kv_cache/21_dynamic_quantized_cache_append_per_token_head_fp8",
+    "22": "kv_cache/22_main_index_dual_cache_insert_minimax_m3_bf16",
     "23": "kv_cache/23_mla_cache_gather_dequantize_fp8",
     "25": "kv_cache/25_batched_kv_cache_block_copy_remap_uint8",
     "28": "mlp_norm/28_fused_add_rmsnorm_h4096_llama31_8b_bf16",
@@ -40,7 +42,9 @@ PROBLEMS = {
 }
 SYMBOLS = {
     "02": ["mkb_gqa_paged_decode_kernel"],
+    "19": ["mkb_qk_norm_rope_kv_kernel"],
     "21": ["mkb_fp8_cache_append_kernel"],
+    "22": ["mkb_minimax_norm_rope_insert_kernel"],
     "23": ["mkb_mla_gather_dequant_kernel"],
     "25": ["mkb_kv_block_copy_kernel"],
     "28": ["mkb_fused_add_rmsnorm_kernel"],
@@ -154,6 +158,38 @@ def test_fp8_append_divides_with_ieee_rounding_and_stores_4_bytes():
     assert " / " not in body  # no fast-math division anywhere
     assert "*(uint*)(k_cache_ptr" in body and "*(uint*)(v_cache_ptr" in body
     assert body.count("__shfl_xor_sync(") == 5
+
+
+def test_norm_rope_rounds_every_step_to_bf16_and_skips_padding():
+    """Problem 19: bf16 after the norm, the weight, each RoPE product and each RoPE sum; partner lane xor 4."""
+    (source,) = oracle("19").kernel_sources("sm_90a").values()
+    body = source[source.index('extern "C" __global__'):]
+    assert "__launch_bounds__(768)" in source  # 48 heads x 16 lanes
+    assert all(f"__shfl_xor_sync((uint)4294967295, sq_ptr[0], {m}, 32)" in body for m in (8, 4, 2, 1))
+    assert body.count("__shfl_xor_sync((uint)4294967295, ys_ptr[") == 8
+    assert "rb_ptr[0] = ((nv_bfloat16)(vals_ptr[0] * scale_ptr[0]));" in body
+    assert "rb_ptr[0] = ((nv_bfloat16)(((float)rb_ptr[0]) * ((float)wv_ptr[0])));" in body
+    assert "pa_ptr[0] = ((nv_bfloat16)(ys_ptr[0] * ((float)cs_ptr[0])));" in body
+    assert "out_ptr[0] = ((nv_bfloat16)(((float)pa_ptr[0]) - ((float)pb_ptr[0])));" in body
+    assert "out_ptr[0] = ((nv_bfloat16)(((float)pa_ptr[0]) + ((float)pb_ptr[0])));" in body
+    assert body.count("if ((int64_t)0 <= slot)") == 2 and "*(uint4*)(kv_cache_ptr" in body
+    (small,) = oracle("19").kernel_sources("sm_90a", heads=2, kv_heads=1, head_dim=16, rotary_dim=8,
+                                           block_size=4).values()
+    assert "__launch_bounds__(32)" in small and "ys_ptr[0], 1, 32)" in small  # 4 lanes of 4, partner xor 1
+
+
+def test_gemma_norm_rope_rounds_once_per_stage_and_fills_both_caches():
+    """Problem 22: one bf16 rounding after the (1 + w) norm and one after each RoPE sum; three destinations."""
+    (source,) = oracle("22").kernel_sources("sm_90a").values()
+    body = source[source.index('extern "C" __global__'):]
+    assert "__launch_bounds__(480)" in source  # 29 heads x 16 lanes, rounded up to whole warps
+    assert "(vals_ptr[0] * scale_ptr[0]) * (0x1p+0f/*1.000000e+00*/ + ((float)wv_ptr[0]))" in body
+    assert "((ys_ptr[0] * ((float)cs_ptr[0])) - (vals_ptr[0] * ((float)sn_ptr[0])))" in body
+    assert "((ys_ptr[0] * ((float)cs_ptr[0])) + (vals_ptr[0] * ((float)sn_ptr[0])))" in body
+    assert body.count("__shfl_xor_sync((uint)4294967295, ys_ptr[") == 8
+    for dst in ("q_out_ptr", "iq_out_ptr", "kv_cache_ptr", "index_cache_ptr"):
+        assert f"*(uint4*)({dst}" in body
+    assert "index_slots_ptr[" in body and "*(uint4*)(raw_ptr" in body  # v is copied unnormalised
 
 
 def test_cache_gather_reads_bytes_and_writes_fp32_vectors():
