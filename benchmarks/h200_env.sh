@@ -2,12 +2,9 @@
 #   carry [".gpu/setup", ".whl"]; command: source benchmarks/h200_env.sh && python3 benchmarks/...
 # It unpacks the DSL bundle (../shared/tools/gpu-bundle), installs the few wheels the image lacks
 # (pydantic and its deps, downloaded into .whl), and makes the repo importable as `metakernelbench`
-# without installing it (symlinks mirror pyproject's package-dir mapping).
+# without installing it.
 source .gpu/setup/setup.sh || return 1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
-for part in verifier adapters skill_transfer; do
-  [ -e "metakernelbench/$part" ] || ln -s "../$part" "metakernelbench/$part"
-done
 export PYTHONPATH=$PWD:/tmp/site:$PYTHONPATH PYTHONUNBUFFERED=1
 # Bytecode, as a pip install leaves it: the bundle's wheels are unzipped without __pycache__, and the
 # grader's workers run with PYTHONDONTWRITEBYTECODE (they never write outside their scratch folder),

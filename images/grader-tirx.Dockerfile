@@ -35,9 +35,6 @@ RUN pip install apache-tvm==0.27.0.post1 nvidia-cuda-cccl==13.0.85 \
 RUN useradd --create-home --uid 61000 grader && mkdir /work && chown grader /work
 COPY pyproject.toml /src/
 COPY metakernelbench/ /src/metakernelbench/
-COPY verifier/ /src/verifier/
-COPY adapters/ /src/adapters/
-COPY skill_transfer/ /src/skill_transfer/
 COPY problems/ /opt/mkb/problems/
 RUN touch /src/README.md && pip install --no-deps --no-build-isolation /src && rm -rf /src \
  && python -c "import metakernelbench.verifier.grader, metakernelbench.verifier.judge.runner"

@@ -19,9 +19,6 @@ RUN apt-get update \
 RUN pip install docker==7.1.0 pydantic==2.14.4 typer==0.29.2 rich==15.0.0 setuptools==80.9.0
 COPY pyproject.toml /src/
 COPY metakernelbench/ /src/metakernelbench/
-COPY verifier/ /src/verifier/
-COPY adapters/ /src/adapters/
-COPY skill_transfer/ /src/skill_transfer/
 COPY problems/ /opt/mkb/problems/
 RUN touch /src/README.md && pip install --no-deps --no-build-isolation /src && rm -rf /src \
  && python -m metakernelbench.verifier.judge serve --help > /dev/null

@@ -71,7 +71,7 @@ def _library_roots() -> tuple[str, ...]:
         roots.update(site.getsitepackages())
     except AttributeError:  # a virtualenv's old site module
         pass
-    roots.add(str(Path(__file__).resolve().parent.parent / "problems"))  # never the submission's
+    roots.add(str(Path(__file__).resolve().parents[2] / "problems"))  # the checkout's problems: never the submission's
     files = set()
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
