@@ -20,9 +20,9 @@ import sys
 import time
 from pathlib import Path
 
+from ..rules import MAX_KERNEL_BYTES  # the judge's own limit (rules ships into the sandbox with this client)
 from .client import JudgeClient, JudgeError, JudgeUnavailable, progress_line
 
-MAX_KERNEL_BYTES = 512 * 1024
 DEFAULT_KERNEL = "/app/kernel.py"
 
 
