@@ -1,19 +1,23 @@
 """How much the worker's heavy per-call checks slow the host code that runs right after them.
 
-    python benchmarks/worker_checks_cache.py [--rounds 400]
+    python benchmarks/worker_checks_cache.py [--rounds 400] [--out results/cpu/worker-checks-cache.json]
 
 A short torch dispatch path (allocate, convert to DLPack, three small ops: a few microseconds of
 Python and C++, like a DSL's launch path) is timed right after either a light step (one small
 tensor op, as a plain loop's input draw) or the worker's two heavy checks (``_critical_callables``,
 the integrity of the grader's code, and ``Sandbox.new_native_mappings``, which parses
 ``/proc/self/maps``), interleaved in random order. Runs on a CPU; prints the two medians and their
-ratio. The ratio is why timing-loop calls defer those checks (``CallRequest.light_checks``).
+ratio, and what each heavy check costs by itself. The ratio is why timing-loop calls defer those
+checks (``CallRequest.light_checks``).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
+import os
+import platform
 import random
 import statistics
 import sys
@@ -31,6 +35,7 @@ from metakernelbench.verifier import sandbox, worker  # noqa: E402
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=400)
+    p.add_argument("--out", type=Path, default=None, help="also write the figures, command and date here")
     args = p.parse_args()
     box = sandbox.Sandbox(scratch=tempfile.mkdtemp(), roots=sandbox.installed_roots((tempfile.gettempdir(),)))
     box.baseline_maps = sandbox.executable_mappings()
@@ -56,8 +61,27 @@ def main() -> int:
             samples[name].append((time.perf_counter_ns() - t0) / 1e3)
     skip = min(50, args.rounds // 4)
     medians = {k: statistics.median(v[skip:]) for k, v in samples.items()}
-    print(json.dumps({"dispatch_us_after": {k: round(v, 2) for k, v in medians.items()},
-                      "ratio": round(medians["heavy_checks"] / medians["light"], 2)}))
+
+    def cost_us(fn) -> float:
+        times = []
+        for _ in range(50):
+            t0 = time.perf_counter_ns()
+            fn()
+            times.append((time.perf_counter_ns() - t0) / 1e3)
+        return round(statistics.median(times), 1)
+
+    figures = {"dispatch_us_after": {k: round(v, 2) for k, v in medians.items()},
+               "ratio": round(medians["heavy_checks"] / medians["light"], 2),
+               "check_cost_us": {"critical_callables": cost_us(worker._critical_callables),
+                                 "new_native_mappings": cost_us(box.new_native_mappings)}}
+    print(json.dumps(figures))
+    if args.out:
+        record = {"what": __doc__.strip().splitlines()[0], "command": " ".join(["python", *sys.argv]),
+                  "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                  "host": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPUs, no GPU",
+                  **figures}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 
