@@ -201,7 +201,7 @@ def next_reply(messages: list[dict], kernels: dict[str, Path]) -> str:
     for m in messages[1:]:
         text = _text(m.get("content"))
         if m.get("role") == "assistant":
-            name = _step_name(text)
+            name = step_name(text)
             if name is not None:
                 played.append(name)
                 since_last, polls = [], 0
@@ -223,7 +223,8 @@ def next_reply(messages: list[dict], kernels: dict[str, Path]) -> str:
     return script[len(played)].reply()
 
 
-def _step_name(reply: str) -> str | None:
+def step_name(reply: str) -> str | None:
+    """The scripted step a reply played (its plan starts with it), or None for a wait."""
     try:
         plan = json.loads(reply).get("plan", "")
     except (ValueError, AttributeError):

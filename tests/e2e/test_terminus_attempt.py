@@ -29,7 +29,7 @@ from metakernelbench.verifier.judge.local_env import _unshare_problem, stop_judg
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from demo.attempt_script import DIFF_RE  # noqa: E402
+from demo.attempt_script import DIFF_RE, step_name  # noqa: E402
 from demo.scripted_model import ModelConfig, serve_in_thread  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -72,11 +72,23 @@ def attempt(tmp_path_factory):
 
 
 def feedback_report(exchanges: list[dict]) -> str:
-    """The terminal output in which the model saw the judge's report of its submission."""
-    seen = [m["content"] for e in exchanges for m in e["messages"] if m["role"] == "user"
-            and "[submit exit code 0]" in (m["content"] or "")]
-    assert seen, "the model never saw submit finish"
-    return seen[0]
+    """The terminal output in which the model saw the judge's report of its submission.
+
+    Terminus-2 hands the model what the pane printed since its last look, so a report that takes
+    longer than one poll arrives in pieces: everything after the ``submit`` step up to the message
+    that shows submit's exit code is the report the model read.
+    """
+    for e in exchanges:
+        messages = e["messages"]
+        done = [i for i, m in enumerate(messages) if m["role"] == "user"
+                and "[submit exit code 0]" in (m["content"] or "")]
+        if not done:
+            continue
+        started = [i for i, m in enumerate(messages[:done[0]]) if m["role"] == "assistant"
+                   and step_name(m["content"] or "") == "submit"]
+        assert started, "submit finished before the model asked for it"
+        return "\n".join(m["content"] or "" for m in messages[started[-1]:done[0] + 1] if m["role"] == "user")
+    raise AssertionError("the model never saw submit finish")
 
 
 def test_reward_from_the_judges_final_grade(attempt):
