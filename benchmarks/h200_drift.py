@@ -1,6 +1,6 @@
 """Is a kernel's host time a property of the process, of the CPU it runs on, or of the moment?
 
-    python3 benchmarks/h200_drift.py --problem 28 --kernel oracles/28_..._tirx.py [--out FILE]
+    python3 benchmarks/h200_drift.py --problem 28 --kernel oracles/mlp_norm/28_..._tirx.py [--out FILE]
 
 A plain timing loop (the independent loop's: fresh draw, L2 flush, device sync, call, device sync)
 runs in several persistent processes that take turns, segment by segment: if the processes differ

@@ -1,6 +1,6 @@
 """Where a difference between the grader's time and a plain loop's comes from, variant by variant.
 
-    python3 benchmarks/h200_gap.py --problem 28 --kernel oracles/28_..._tirx.py --dsl tirx [--out FILE]
+    python3 benchmarks/h200_gap.py --problem 28 --kernel oracles/mlp_norm/28_..._tirx.py --dsl tirx [--out FILE]
 
 Each process below times the same kernel in several *variants interleaved call by call* (so slow
 drift of the GPU or the host affects every variant alike) and reports, per variant, the median of

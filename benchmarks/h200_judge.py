@@ -35,7 +35,7 @@ from metakernelbench.verifier.judge.client import JudgeClient  # noqa: E402
 from metakernelbench.verifier.judge.store import Store  # noqa: E402
 
 PROBLEM = "28_fused_add_rmsnorm_h4096_llama31_8b_bf16"
-ORACLES = {"tirx": REPO / "oracles" / f"{PROBLEM}_tirx.py", "cutedsl": REPO / "oracles" / f"{PROBLEM}_cutedsl.py"}
+ORACLES = {dsl: REPO / "oracles" / "mlp_norm" / f"{PROBLEM}_{dsl}.py" for dsl in ("tirx", "cutedsl")}
 
 
 def _git_commit() -> str:

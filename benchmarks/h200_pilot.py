@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from metakernelbench.problems import REPO_ROOT, find_problem
+from metakernelbench.problems import REPO_ROOT, find_problem, oracle_file, oracle_files
 from metakernelbench.verifier.controls import EXPECTED, write_controls
 from metakernelbench.verifier.grader import GradeConfig, grade
 
@@ -77,14 +77,14 @@ def harness_overhead(samples: int = 200) -> dict:
 
 def oracle_problem_ids() -> list[str]:
     """Every problem with an oracle kernel under ``oracles/`` (the pilots and every one added since)."""
-    return sorted({path.name[:2] for path in (REPO_ROOT / "oracles").glob("[0-9][0-9]_*.py")})
+    return sorted({path.name[:2] for path in oracle_files()})
 
 
 def run_oracles(config, results):
     for pid in oracle_problem_ids():
         problem = find_problem(pid)
         for dsl in ("cutedsl", "tirx"):
-            path = REPO_ROOT / "oracles" / f"{problem.spec.name}_{dsl}.py"
+            path = oracle_file(problem, dsl)
             if not path.exists():
                 continue
             results.append(entry("oracle", f"{problem.spec.name}_{dsl}", grade(problem, path, dsl, config=config),

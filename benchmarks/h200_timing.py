@@ -38,13 +38,13 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from h200_judge import _device_name, _git_commit, sandbox_submit, start_judge  # noqa: E402
 
-from metakernelbench.problems import find_problem  # noqa: E402
+from metakernelbench.problems import find_problem, oracle_files  # noqa: E402
 
 
 def oracles(only: set[str] | None) -> list[tuple[str, str, str, Path]]:
     """(key NN_dsl, problem id, dsl, file) for every oracle kernel."""
     found = []
-    for path in sorted((REPO / "oracles").glob("[0-9][0-9]_*.py")):
+    for path in oracle_files():
         dsl = "cutedsl" if path.stem.endswith("_cutedsl") else "tirx"
         key = f"{path.stem[:2]}_{dsl}"
         if only is None or key in only:

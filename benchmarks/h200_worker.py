@@ -1,6 +1,6 @@
 """Where the candidate worker's extra host time comes from: the real worker, driven call by call.
 
-    python3 benchmarks/h200_worker.py --problem 28 --kernel oracles/28_..._tirx.py --dsl tirx [--out FILE]
+    python3 benchmarks/h200_worker.py --problem 28 --kernel oracles/mlp_norm/28_..._tirx.py --dsl tirx [--out FILE]
 
 A plain loop in a process of its own (``h200_drift``'s runner) runs the kernel faster than the
 grader's candidate worker does. This starts the real workers (``launch.start_workers``) once per

@@ -53,6 +53,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # The problems tree: the repository's own, or another one named by MKB_PROBLEMS_DIR (a copy with an
 # added problem, as the add-a-problem test builds; tools take an explicit root as well).
 PROBLEMS_DIR = Path(os.environ.get("MKB_PROBLEMS_DIR") or REPO_ROOT / "problems")
+ORACLES_DIR = REPO_ROOT / "oracles"
 FAMILIES = ("attention", "kv_cache", "linear_attention", "mlp_norm", "moe", "quantization")
 FILE_PATTERN = re.compile(r"^(?P<id>\d{2})_(?P<slug>[a-z0-9_]+)\.py$")
 MATH_KINDS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int")
@@ -281,3 +282,17 @@ def declared_output_count(path: Path) -> int | None:
 def find_problem(key: str, root: Path = PROBLEMS_DIR) -> Problem:
     """Load a problem by id (``28``), stem (``28_fused_...``), task name or file path."""
     return load_problem(find_problem_path(key, root))
+
+
+def oracle_file(problem: Problem, dsl_key: str, root: Path = ORACLES_DIR) -> Path:
+    """Where the oracle kernel of (problem, DSL) lives: ``oracles/<family>/<NN>_<slug>_<dsl>.py``.
+
+    The folder mirrors ``problems/<family>/`` so that a problem's files are found together; the file
+    may not exist yet (a task without an oracle).
+    """
+    return root / problem.spec.family / f"{problem.spec.name}_{dsl_key}.py"
+
+
+def oracle_files(root: Path = ORACLES_DIR) -> list[Path]:
+    """Every oracle kernel under ``root`` (the ``_*.py`` controls at its top are not oracles)."""
+    return sorted(p for p in root.glob("*/[0-9][0-9]_*.py") if p.parent.name in FAMILIES)

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 
 import metakernelbench
 import metakernelbench.verifier
-from metakernelbench.problems import Problem
+from metakernelbench.problems import Problem, oracle_file
 
 from . import config
 from .dsl import DSLS, Dsl
@@ -283,12 +283,12 @@ def image_files() -> dict[str, TaskFile]:
 
 def oracle_path(problem: Problem, dsl: Dsl, oracles_dir: Path) -> Path:
     """Where the oracle kernel of this task lives in the repository (it may not exist yet)."""
-    return oracles_dir / f"{task_dir_name(problem, dsl)}.py"
+    return oracle_file(problem, dsl.key, oracles_dir)
 
 
 def _solution_files(problem: Problem, dsl: Dsl, task: str, oracles_dir: Path) -> dict[str, TaskFile]:
     oracle = oracle_path(problem, dsl, oracles_dir)
-    shown = f"oracles/{oracle.name}"
+    shown = f"oracles/{problem.spec.family}/{oracle.name}"
     if not oracle.is_file():
         script = render("solution/no-oracle.sh", task=task, oracle_path=shown)
         return {"solution/solve.sh": TaskFile.text(script, executable=True)}

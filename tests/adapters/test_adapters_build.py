@@ -152,5 +152,5 @@ def test_grading_config_has_no_oracle(built):
     assert data["problem_file"] == f"problems/mlp_norm/{T28}.py"
     assert data["contract"]["correctness_draws"] == 5 and data["contract"]["speedup_cap"] == 100
     tests_dir = out / f"{T28}_cutedsl/tests"
-    oracle = (ORACLES / f"{T28}_cutedsl.py").read_bytes()
+    oracle = (ORACLES / "mlp_norm" / f"{T28}_cutedsl.py").read_bytes()
     assert not any(p.read_bytes() == oracle for p in tests_dir.rglob("*") if p.is_file())

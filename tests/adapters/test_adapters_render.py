@@ -237,7 +237,7 @@ def test_images_pin_versions_and_keep_tests_out_of_the_sandbox(built):
 def test_solution_installs_the_oracle(built):
     out, _ = built
     task = out / f"{T28}_cutedsl"
-    assert (task / "solution/kernel.py").read_bytes() == (ORACLES / f"{T28}_cutedsl.py").read_bytes()
+    assert (task / "solution/kernel.py").read_bytes() == (ORACLES / "mlp_norm" / f"{T28}_cutedsl.py").read_bytes()
     assert "cp /solution/kernel.py /app/kernel.py" in (task / "solution/solve.sh").read_text()
 
 

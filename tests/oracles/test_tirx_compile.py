@@ -69,8 +69,7 @@ _MODULES: dict = {}
 def oracle(pid):
     """The oracle module of problem ``pid`` (loaded once per session)."""
     if pid not in _MODULES:
-        stem = Path(PROBLEMS[pid]).name
-        _MODULES[pid] = _load(ORACLES / f"{stem}_tirx.py", f"mkb_oracle_{pid}_tirx")
+        _MODULES[pid] = _load(ORACLES / f"{PROBLEMS[pid]}_tirx.py", f"mkb_oracle_{pid}_tirx")
     return _MODULES[pid]
 
 
@@ -80,13 +79,13 @@ def problem(pid):
 
 def test_every_pilot_problem_has_an_oracle():
     for pid, rel in PROBLEMS.items():
-        assert (ORACLES / f"{Path(rel).name}_tirx.py").is_file(), pid
+        assert (ORACLES / f"{rel}_tirx.py").is_file(), pid
         assert (REPO_ROOT / "problems" / f"{rel}.py").is_file(), pid
 
 
 @pytest.mark.parametrize("pid", list(PROBLEMS))
 def test_oracle_passes_the_static_rules(pid):
-    path = ORACLES / f"{Path(PROBLEMS[pid]).name}_tirx.py"
+    path = ORACLES / f"{PROBLEMS[pid]}_tirx.py"
     assert scan_source(path.read_text(), "tirx") == []
 
 

@@ -49,7 +49,8 @@ def test_a_process_computing_on_the_gpu_makes_the_grade_infra_error(tmp_path):
             x /= x.norm()
     """)])
     try:
-        oracle = Path(__file__).resolve().parents[2] / "oracles" / "28_fused_add_rmsnorm_h4096_llama31_8b_bf16_tirx.py"
+        oracles = Path(__file__).resolve().parents[2] / "oracles" / "mlp_norm"
+        oracle = oracles / "28_fused_add_rmsnorm_h4096_llama31_8b_bf16_tirx.py"
         result = grade(find_problem("28"), oracle, "tirx", config=GradeConfig(foreign_gpu_wait_s=2.0))
         assert result.status.value == "INFRA_ERROR" and "other processes" in result.message
     finally:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from metakernelbench.problems import oracle_files
 from metakernelbench.verifier.rules import scan_source
 
 REPO = Path(__file__).resolve().parents[2]
@@ -155,10 +156,10 @@ def test_local_objects_may_be_assigned_attributes():
 
 def _honest_files() -> list:
     files = []
-    for path in sorted((REPO / "oracles").glob("[0-9]*.py")):  # helpers (_*.py) define no solve
+    for path in oracle_files(REPO / "oracles"):  # the controls (_*.py) define no solve
         dsl = "cutedsl" if path.stem.endswith("cutedsl") else "tirx" if path.stem.endswith("tirx") else None
         if dsl:
-            files.append(pytest.param(path, dsl, id=f"oracles/{path.name}"))
+            files.append(pytest.param(path, dsl, id=f"oracles/{path.parent.name}/{path.name}"))
     for path in sorted((REPO / "tests" / "fixtures" / "kernels").glob("*.py")):
         files.append(pytest.param(path, "tirx", id=f"fixtures/{path.name}"))
     for path in sorted((REPO / "tests" / "exploits").glob("control_*.py")):

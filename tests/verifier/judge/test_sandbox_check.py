@@ -11,7 +11,7 @@ from metakernelbench.problems import find_problem
 from metakernelbench.verifier.judge import check
 
 REPO = Path(__file__).resolve().parents[3]
-GOOD_TIRX = REPO / "oracles" / "28_fused_add_rmsnorm_h4096_llama31_8b_bf16_tirx.py"
+GOOD_TIRX = REPO / "oracles" / "mlp_norm" / "28_fused_add_rmsnorm_h4096_llama31_8b_bf16_tirx.py"
 PROBLEM = str(find_problem("28").spec.path)
 
 
