@@ -89,10 +89,12 @@ def _load(stem: str):
     return module
 
 
-def test_every_oracle_file_is_covered():
+def test_every_expectation_has_its_oracle_file():
+    """(Oracles added later carry their checks in tests/oracles/<family>/; test_oracle_files.py
+    requires that some test names each one.)"""
     files = [*ORACLES.glob("_*_cutedsl.py"), *(p for p in oracle_files(ORACLES) if p.name.endswith("_cutedsl.py"))]
-    stems = sorted(p.name.removesuffix("_cutedsl.py") for p in files)
-    assert stems == sorted(EXPECTED)
+    stems = {p.name.removesuffix("_cutedsl.py") for p in files}
+    assert set(EXPECTED) <= stems
 
 
 @pytest.mark.parametrize("stem", sorted(EXPECTED))

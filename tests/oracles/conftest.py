@@ -1,0 +1,6 @@
+"""The per-family oracle tests import ``oracle_support`` from this folder."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -1,0 +1,133 @@
+"""Checks shared by the oracle tests: load an oracle by path, compile it for sm_90a on the CPU, and
+(on a GPU) compare it with its problem's reference under the grader's correctness contract.
+
+Each oracle's own test file (``tests/oracles/<family>/test_oracle_<NN>.py``) states what its kernels
+are called and which instructions their design relies on, and calls these helpers.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+from metakernelbench.problem_kit import anchor_mode
+from metakernelbench.problems import FAMILIES, REPO_ROOT, find_problem
+from metakernelbench.verifier.correctness import check_draw
+from metakernelbench.verifier.tensors import promote_floats, snapshot_graded
+
+ORACLES = REPO_ROOT / "oracles"
+_LOADED: dict[Path, ModuleType] = {}
+
+
+def oracle_path(stem: str, dsl: str) -> Path:
+    """``oracles/<family>/<stem>_<dsl>.py`` (the controls ``_*`` sit at the top of ``oracles/``)."""
+    if stem.startswith("_"):
+        return ORACLES / f"{stem}_{dsl}.py"
+    found = [p for p in ORACLES.glob(f"*/{stem}_{dsl}.py") if p.parent.name in FAMILIES]
+    assert len(found) == 1, (stem, dsl, found)
+    return found[0]
+
+
+def load(stem: str, dsl: str) -> ModuleType:
+    """The oracle module, loaded once per session (its file name starts with digits: load by path)."""
+    path = oracle_path(stem, dsl)
+    if path not in _LOADED:
+        spec = importlib.util.spec_from_file_location(f"mkb_oracle_{stem.lstrip('_')}_{dsl}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _LOADED[path] = module
+    return _LOADED[path]
+
+
+def check_cutedsl_compiles(stem: str, kernels: list[str], fragments: list[str], ptx_dir: Path) -> str:
+    """``precompile`` builds every kernel for sm_90a from fake tensors; returns the PTX.
+
+    Asserted: one compiled kernel per expected name, in order, with CuTe DSL's symbol prefix; the PTX
+    targets sm_90a, holds every expected fragment and no local-memory spills; a compile for the CPU
+    leaves no pinned-arch build in the module's runtime caches (``*_COMPILED``).
+    """
+    module = load(stem, "cutedsl")
+    names = module.precompile(arch="sm_90a", ptx_dir=str(ptx_dir))
+    assert len(names) == len(kernels), names
+    for name, kernel in zip(names, kernels, strict=True):
+        assert name.startswith(f"kernel_cutlass_{kernel}_"), name
+    ptx_files = sorted(ptx_dir.glob("*.ptx"))
+    assert len(ptx_files) == len(set(names))
+    ptx = "\n".join(p.read_text() for p in ptx_files)
+    assert ".target sm_90a" in ptx
+    for name in names:
+        assert f".entry {name}(" in ptx
+    missing = [f for f in fragments if f not in ptx]
+    assert not missing, f"PTX lacks {missing}"
+    assert ".local" not in ptx, "register arrays spilled to local memory"
+    caches = [v for k, v in vars(module).items() if k.endswith("_COMPILED")]
+    assert caches and all(cache == {} for cache in caches)
+    return ptx
+
+
+def check_tirx_sources(stem: str, symbols: list[str], fragments: list[str]) -> dict[str, str]:
+    """``precompile`` names the kernels; each is an ``extern "C" __global__`` entry point; the CUDA
+    source holds every expected fragment. Returns the sources by kernel name."""
+    module = load(stem, "tirx")
+    assert module.precompile("sm_90a") == symbols
+    sources = module.kernel_sources("sm_90a")
+    for name, source in sources.items():
+        assert 'extern "C" __global__' in source and f"{name}(" in source
+    joined = "\n".join(sources.values())
+    missing = [f for f in fragments if f not in joined]
+    assert not missing, f"CUDA source lacks {missing}"
+    return sources
+
+
+def cuda_root() -> str | None:
+    for root in (os.environ.get("CUDA_PATH"), "/usr/local/cuda-13.0", "/usr/local/cuda"):
+        if root and (Path(root) / "include" / "cuda_runtime.h").is_file():
+            return root
+    return None
+
+
+def check_tirx_nvrtc(stem: str, monkeypatch) -> None:
+    """Every CUDA source of the TIRx oracle compiles to an sm_90a cubin through TVM's NVRTC path."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    root = cuda_root()
+    if root is None:
+        pytest.skip("no CUDA toolkit headers on this machine")
+    monkeypatch.setenv("CUDA_PATH", root)
+    from tvm.support import nvcc
+
+    for source in load(stem, "tirx").kernel_sources("sm_90a").values():
+        cubin = nvcc.compile_cuda(source, target_format="cubin", arch="sm_90a", compiler="nvrtc")
+        assert bytes(cubin[:4]) == b"\x7fELF"
+
+
+def gpu_mismatch(stem: str, dsl: str, workload: dict, seed: int):
+    """One draw on the GPU, judged as the grader judges it (None when the oracle's outputs pass)."""
+    prob, device = find_problem(stem), torch.device("cuda")
+
+    def draw():
+        gen = torch.Generator(device=device).manual_seed(seed)
+        return prob.make_inputs(device, gen, **workload)
+
+    with torch.no_grad():
+        inputs = draw()
+        ref = snapshot_graded(prob.spec, inputs, prob.reference(*inputs))
+        promoted = promote_floats(draw())
+        with anchor_mode():
+            anchor = snapshot_graded(prob.spec, promoted, prob.reference(*promoted))
+        mine = draw()
+        got = snapshot_graded(prob.spec, mine, load(stem, dsl).solve(*mine))
+    torch.cuda.synchronize()
+    return check_draw(prob.spec, 0, got, ref, anchor)
+
+
+def check_on_gpu(stem: str, dsl: str) -> None:
+    """The small workload and two draws of the graded one must pass (run only where CUDA is)."""
+    spec = find_problem(stem).spec
+    for workload, seed in ((spec.small_workload, 1), (spec.workload, 2), (spec.workload, 3)):
+        mismatch = gpu_mismatch(stem, dsl, workload, seed)
+        assert mismatch is None, f"{stem} {dsl} {workload}: {mismatch}"
