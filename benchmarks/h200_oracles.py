@@ -1,0 +1,155 @@
+"""Every oracle through its task's own final grade, with its DSL share of GPU time; writes oracles.json.
+
+    python3 benchmarks/h200_oracles.py --out results/h200/oracles.json [--only 01,28_tirx,moe] [--merge]
+                                       [--device cuda:0] [--judge-args "--timed 20"] [--kernel TASK=FILE]
+
+For each oracle file under ``oracles/<family>/`` (or those ``--only`` names: a task name, ``NN``,
+``NN_dsl`` or a family): a local judge (subprocess isolation, as the no-Docker mode runs it) is sent
+the file by ``metakernelbench.verifier.judge.final`` -- the module the task's ``tests/test.sh`` runs
+in Harbor's verifier phase -- with a final-scope token, and the resulting ``grade.json`` and
+``reward.json`` give status, kernel_ms, eager_ms and speedup; ``grading_s`` is that client's wall
+time. Then ``dsl_share.py`` profiles the oracle in a separate plain process (torch profiler) and
+gives the share of GPU kernel time spent in the oracle's own DSL kernels, with every kernel listed.
+
+The record holds the command, commit, device and date of each run, the tasks and oracle files that
+existed, and one entry per task (``--merge`` keeps entries of an earlier record that this run did not
+measure; each entry names the run that produced it). ``benchmarks/oracle_coverage.py`` turns it
+into the README's coverage table. ``--kernel TASK=FILE`` grades another file for a task (used to
+smoke-test this script on a CPU with a CPU kernel).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from h200_judge import _device_name, _git_commit, start_judge  # noqa: E402
+
+from metakernelbench.problems import find_problem, oracle_files, problem_paths  # noqa: E402
+
+DSLS = ("cutedsl", "tirx")
+
+
+def selected(only: set[str] | None, overrides: dict[str, Path]) -> list[tuple[str, str, str, Path]]:
+    """(task, family, dsl, kernel file) for every oracle picked by ``--only`` (all without it)."""
+    found = {}
+    for path in oracle_files():
+        found[path.stem] = (path.parent.name, path.stem.rpartition("_")[2], path)
+    for task, path in overrides.items():
+        family = find_problem(task.rpartition("_")[0]).spec.family
+        found[task] = (family, task.rpartition("_")[2], path)
+    picked = []
+    for task, (family, dsl, path) in sorted(found.items()):
+        keys = {task, task[:2], f"{task[:2]}_{dsl}", family}
+        if only is None or keys & only:
+            picked.append((task, family, dsl, path))
+    return picked
+
+
+def final_grade(url: str, token: str, task: str, kernel: Path, timeout_s: float) -> tuple[dict, dict, float]:
+    """(grade.json, reward.json, client wall seconds) from the verifier's own final-grade module."""
+    out = Path(tempfile.mkdtemp(prefix="mkb-oracle-final-"))
+    env = {**os.environ, "MKB_JUDGE_URL": url, "MKB_JUDGE_TOKEN": token}
+    started = time.time()
+    subprocess.run([sys.executable, "-m", "metakernelbench.verifier.judge.final", "--task", f"metakernelbench/{task}",
+                    "--kernel", str(kernel), "--out", str(out), "--timeout", str(timeout_s)],
+                   env=env, capture_output=True, text=True, timeout=timeout_s + 60)
+    wall = time.time() - started
+    return (json.loads((out / "grade.json").read_text()), json.loads((out / "reward.json").read_text()), wall)
+
+
+def share(task: str, dsl: str, kernel: Path, device: str) -> dict:
+    """The oracle's DSL share of GPU kernel time, measured in its own plain process."""
+    problem_file = next(p for p in problem_paths() if p.stem == task.rpartition("_")[0])
+    env = {**os.environ}
+    if device.startswith("cuda:"):
+        env["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "dsl_share.py"), str(problem_file), str(kernel),
+                           "--dsl", dsl], capture_output=True, text=True, timeout=1800, env=env)
+    if done.returncode != 0:
+        return {"dsl_share": None, "error": done.stderr[-2000:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def entry(task: str, family: str, dsl: str, kernel: Path, grade: dict, reward: dict, wall: float,
+          measured: dict, run_index: int) -> dict:
+    return {"task": task, "family": family, "dsl": dsl, "kernel": str(kernel.relative_to(REPO))
+            if kernel.is_relative_to(REPO) else kernel.name,
+            "status": grade.get("status"), "kernel_ms": grade.get("kernel_ms"), "eager_ms": grade.get("eager_ms"),
+            "speedup": grade.get("speedup"), "reward": reward.get("reward"), "infra_error": reward.get("infra_error"),
+            "dsl_share": measured.get("dsl_share"), "grading_s": round(wall, 2), "message": grade.get("message"),
+            "share_detail": {k: measured.get(k) for k in ("dsl_us", "total_us", "kernels", "calls", "note", "error")
+                             if measured.get(k) is not None},
+            "run": run_index}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--only", default="", help="comma-separated task names, NN, NN_dsl or families")
+    p.add_argument("--device", default="cuda:0")
+    p.add_argument("--judge-args", default="", help="extra `serve` arguments (e.g. '--timed 20')")
+    p.add_argument("--kernel", action="append", default=[], metavar="TASK=FILE", help="grade FILE for TASK")
+    p.add_argument("--timeout", type=float, default=1500.0, help="seconds per final grade")
+    p.add_argument("--merge", action="store_true", help="keep entries of an existing --out not re-measured")
+    args = p.parse_args(argv)
+    command = "python3 benchmarks/h200_oracles.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    only = {k.strip() for k in args.only.split(",") if k.strip()} or None
+    overrides = dict((k, Path(v).resolve()) for k, _, v in (x.partition("=") for x in args.kernel))
+    record: dict = {"runs": [], "entries": []}
+    if args.merge and args.out.exists():
+        record.update(json.loads(args.out.read_text()))
+    run = {"command": command, "commit": _git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
+           "device": _device_name(args.device) if args.device.startswith("cuda") else args.device,
+           "judge_args": args.judge_args}
+    record["runs"] = [*record.get("runs", []), run]
+    record.update(command=command, commit=run["commit"], date=run["date"], device=run["device"])
+    record["tasks"] = {f"{p.stem}_{dsl}": p.parent.name for p in problem_paths() for dsl in DSLS}
+    record["oracle_files"] = sorted(p.stem for p in oracle_files())
+    entries = {e["task"]: e for e in record.get("entries", [])}
+
+    def save() -> None:
+        record["entries"] = sorted(entries.values(), key=lambda e: e["task"])
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record, indent=2) + "\n")
+
+    work = Path(tempfile.mkdtemp(prefix="mkb-h200-oracles-"))
+    work.chmod(0o711)  # the judge drops each evaluation to its own uid: it must traverse to its folder
+    state = work / "state"
+    proc, url = start_judge(state, args.device, shlex.split(args.judge_args))
+    from metakernelbench.verifier.judge.client import JudgeClient
+
+    admin = JudgeClient(url, (state / "admin.token").read_text().strip())
+    try:
+        for task, family, dsl, kernel in selected(only, overrides):
+            token = admin.request("POST", "/v1/tokens", {"scope": "final", "label": f"oracle-{task}"})["token"]
+            grade, reward, wall = final_grade(url, token, task, kernel, args.timeout)
+            measured = share(task, dsl, kernel, args.device)
+            entries[task] = entry(task, family, dsl, kernel, grade, reward, wall, measured, len(record["runs"]) - 1)
+            print(f"{task}: {grade.get('status')} speedup={grade.get('speedup')} "
+                  f"dsl_share={measured.get('dsl_share')} grading={wall:.1f}s", flush=True)
+            save()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        save()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,102 @@
+"""The oracle record: DSL-share classification, the coverage summary the README shows, and a CPU run
+of ``h200_oracles.py`` through the verifier's own final-grade module."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import oracle_coverage  # noqa: E402
+from dsl_share import dsl_share, is_dsl_kernel  # noqa: E402
+
+TASK28 = "28_fused_add_rmsnorm_h4096_llama31_8b_bf16_tirx"
+CPU_KERNEL = REPO / "tests" / "fixtures" / "kernels" / "rmsnorm_tirx_llvm.py"
+SCHEMA = ("task", "dsl", "status", "kernel_ms", "eager_ms", "speedup", "dsl_share", "grading_s")
+
+
+def test_cute_kernels_are_known_by_their_symbol_prefix():
+    assert is_dsl_kernel("kernel_cutlass_rmsnorm_rows_kernel_0", "cutedsl", set())
+    assert not is_dsl_kernel("void at::native::vectorized_elementwise_kernel<4>", "cutedsl", set())
+
+
+def test_tirx_kernels_are_the_symbols_precompile_names():
+    assert is_dsl_kernel("mkb_rmsnorm_kernel", "tirx", {"mkb_rmsnorm_kernel"})
+    assert not is_dsl_kernel("mkb_rmsnorm_kernel", "tirx", set())
+    assert not is_dsl_kernel("kernel_cutlass_x", "tirx", {"mkb_rmsnorm_kernel"})
+
+
+def test_share_is_the_dsl_kernels_part_of_all_device_time():
+    measured = dsl_share({"kernel_cutlass_a_0": 30.0, "void at::native::fill": 10.0, "Memcpy DtoD": 60.0},
+                         "cutedsl", set())
+    assert measured["dsl_share"] == pytest.approx(0.3)
+    assert measured["total_us"] == 100.0 and [k["dsl"] for k in measured["kernels"]] == [False, True, False]
+    assert dsl_share({}, "tirx", set())["dsl_share"] is None
+
+
+def _record(entries, tasks=None):
+    tasks = tasks or {"01_a_cutedsl": "attention", "01_a_tirx": "attention", "28_b_cutedsl": "mlp_norm",
+                      "28_b_tirx": "mlp_norm"}
+    return {"device": "NVIDIA H200", "commit": "abcdef0123", "tasks": tasks,
+            "oracle_files": [e["task"] for e in entries], "entries": entries}
+
+
+def test_proven_needs_a_pass_and_half_the_time_in_dsl_kernels():
+    assert oracle_coverage.proven({"status": "PASSED", "dsl_share": 0.5})
+    assert not oracle_coverage.proven({"status": "PASSED", "dsl_share": 0.49})
+    assert not oracle_coverage.proven({"status": "PASSED", "dsl_share": None})
+    assert not oracle_coverage.proven({"status": "INCORRECT", "dsl_share": 1.0})
+
+
+def test_summary_counts_and_geomeans_per_family_and_dsl():
+    entries = [{"task": "01_a_tirx", "status": "PASSED", "dsl_share": 0.9, "speedup": 4.0},
+               {"task": "28_b_tirx", "status": "PASSED", "dsl_share": 0.9, "speedup": 0.25},
+               {"task": "28_b_cutedsl", "status": "PASSED", "dsl_share": 0.1, "speedup": 9.0}]
+    record = _record(entries)
+    rows = {(r["family"], r["dsl"]): r for r in oracle_coverage.summary(entries, record["tasks"],
+                                                                       set(record["oracle_files"]))}
+    assert rows[("all", "tirx")] == {"family": "all", "dsl": "tirx", "tasks": 2, "oracle_files": 2, "proven": 2,
+                                     "at_least_1x": 1, "geomean_speedup": 1.0}
+    assert rows[("mlp_norm", "cutedsl")]["proven"] == 0 and rows[("mlp_norm", "cutedsl")]["oracle_files"] == 1
+    block = oracle_coverage.render(record)
+    assert "2 of 4 tasks" in block and "| all | tirx | 2 | 2 | 2 | 1 | 1.00x |" in block
+
+
+def test_readme_block_matches_the_record():
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "oracle_coverage.py"), "--check"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _run(tmp_path, kernel: Path) -> dict:
+    out = tmp_path / "oracles.json"
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "h200_oracles.py"), "--out", str(out),
+                           "--device", "cpu", "--judge-args", "--small --draws 2 --warmup 2 --timed 5 --rechecks 1",
+                           "--kernel", f"{TASK28}={kernel}", "--only", "28_tirx"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_cpu_run_records_the_final_grade_of_each_oracle(tmp_path):
+    record = _run(tmp_path, CPU_KERNEL)
+    assert {"command", "commit", "device", "date", "tasks", "oracle_files", "runs"} <= set(record)
+    (entry,) = record["entries"]
+    assert set(SCHEMA) <= set(entry)
+    assert entry["task"] == TASK28 and entry["status"] == "PASSED" and entry["speedup"] > 0
+    assert entry["dsl_share"] is None and entry["share_detail"]["note"].startswith("no CUDA")
+
+
+@pytest.mark.slow
+def test_cpu_run_records_a_wrong_kernel_as_not_passed(tmp_path):
+    wrong = tmp_path / "wrong_tirx.py"
+    wrong.write_text(CPU_KERNEL.read_text().replace("EPS = 1e-5", "EPS = 1e-1"))
+    (entry,) = _run(tmp_path, wrong)["entries"]
+    assert entry["status"] == "INCORRECT" and not oracle_coverage.proven({**entry, "dsl_share": 1.0})
