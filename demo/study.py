@@ -12,12 +12,14 @@ What a real study does, with the two stand-ins that this machine needs:
 4. ``mkb collect``, ``mkb compare`` and ``mkb report`` turn the job folders into the attempts table,
    the paired comparison and the HTML report, which is marked as a demonstration.
 
-The TIRx kernels are the CPU (llvm) ones of ``tests/fixtures/kernels``; the CuTe DSL kernels are the
-GPU oracles, which cannot run without an NVIDIA GPU, so every CuTe DSL attempt here is graded
-RUNTIME_ERROR by the judge: that is what the grader says on this machine, and the report shows it.
-The numbers exercise the pipeline; they measure nothing about a model.
+On a machine without a GPU the TIRx kernels are the CPU (llvm) ones of ``tests/fixtures/kernels``;
+the CuTe DSL kernels are the GPU oracles, which cannot run without an NVIDIA GPU, so every CuTe DSL
+attempt there is graded RUNTIME_ERROR by the judge: that is what the grader says on that machine, and
+the report shows it. With ``--gpu`` (a GPU host) the scripted model writes the oracle kernels of both
+DSLs and the judge grades them on the GPU at the graded workloads with the default counts. Either
+way the numbers exercise the pipeline; they measure nothing about a model.
 
-    python -m demo.study [--out results/local/demo] [--problems 28,25] [--parallel 2]
+    python -m demo.study [--out results/local/demo] [--problems 28,25] [--parallel 2] [--gpu]
 """
 
 from __future__ import annotations
@@ -44,8 +46,13 @@ MODEL = "openai/mkb-scripted"
 LOCAL_ENV = "metakernelbench.verifier.judge.local_env:LocalEnvironment"
 # the judge grades on the CPU at the small workloads, with fewer draws and timed calls (minutes, not hours)
 JUDGE_ARGS = "--devices cpu --small --draws 2 --warmup 2 --timed 5 --rechecks 1 --watch site"
+# on a GPU host: the graded workloads and the grader's default counts, on the first GPU
+GPU_JUDGE_ARGS = "--devices cuda:0 --watch site"
 CPU_KERNELS = {"28": "rmsnorm_tirx_llvm.py", "25": "blockcopy_tirx_llvm.py"}
 MARKER = ".mkb-demo-study"  # only a folder holding this file is cleared before a new run
+GPU_BANNER = ("DEMONSTRATION RUN, NOT A MEASUREMENT: a scripted model replayed this repository's oracle "
+              "kernels; the judge graded them on the GPU at the graded workloads. The speedups are the "
+              "oracles', not any model's; the transfer figures compare replays of the same kernels.")
 BANNER = ("DEMONSTRATION RUN, NOT A MEASUREMENT: a scripted model replayed prepared kernels on a machine "
           "without a GPU (TIRx compiled for the CPU; CuTe DSL cannot run there), timed at small workloads "
           "on CPU cores that the concurrent trials share. The numbers show the pipeline working, nothing "
@@ -60,6 +67,16 @@ class StudyConfig(BaseModel):
     out: Path
     problems: list[str]
     tasks_dir: Path = REPO / "tasks"
+    oracles_dir: Path = REPO / "oracles"
+    gpu: bool = False  # grade on the GPU with the oracles of both DSLs
+
+    @property
+    def judge_args(self) -> str:
+        return GPU_JUDGE_ARGS if self.gpu else JUDGE_ARGS
+
+    @property
+    def banner(self) -> str:
+        return GPU_BANNER if self.gpu else BANNER
 
     @property
     def jobs(self) -> Path:
@@ -84,7 +101,7 @@ def kernel_table(config: StudyConfig) -> dict[str, Path]:
     """The kernel the scripted model writes for each task of the study."""
     table: dict[str, Path] = {}
     for problem in config.problems:
-        if problem not in CPU_KERNELS:
+        if not config.gpu and problem not in CPU_KERNELS:
             raise SystemExit(f"problem {problem}: no CPU kernel is prepared (choose from {sorted(CPU_KERNELS)})")
         for dsl in ("tirx", "cutedsl"):
             tasks = sorted(config.tasks_dir.glob(f"{problem}_*_{dsl}"))
@@ -92,8 +109,13 @@ def kernel_table(config: StudyConfig) -> dict[str, Path]:
                 raise SystemExit(f"problem {problem}: expected one {dsl} task under {config.tasks_dir}, "
                                  f"found {len(tasks)}")
             task = tasks[0].name
-            table[task] = (REPO / "tests" / "fixtures" / "kernels" / CPU_KERNELS[problem] if dsl == "tirx"
-                           else next((REPO / "oracles").glob(f"*/{task}.py")))
+            oracle = next(config.oracles_dir.glob(f"*/{task}.py"), None)
+            if dsl == "tirx" and not config.gpu:
+                table[task] = REPO / "tests" / "fixtures" / "kernels" / CPU_KERNELS[problem]
+            elif oracle is None:
+                raise SystemExit(f"problem {problem}: no {dsl} oracle under oracles/ for the scripted model to write")
+            else:
+                table[task] = oracle
     return table
 
 
@@ -122,7 +144,7 @@ def base_config(config: StudyConfig, api_base: str) -> Path:
         "agents": [{"name": "terminus-2",
                     "kwargs": {"api_base": api_base, "record_terminal_session": False}}],
         "environment": {"import_path": LOCAL_ENV,
-                        "kwargs": {"judge_state": str(config.out / "judge"), "judge_args": JUDGE_ARGS}},
+                        "kwargs": {"judge_state": str(config.out / "judge"), "judge_args": config.judge_args}},
     }
     path = config.out / "base.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -202,8 +224,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=REPO / "results" / "local" / "demo")
     p.add_argument("--problems", default="28,25", help=f"comma-separated, from {sorted(CPU_KERNELS)}")
     p.add_argument("--parallel", type=int, default=2, help="Harbor jobs run at once")
+    p.add_argument("--gpu", action="store_true", help="grade the oracles of both DSLs on the GPU")
     args = p.parse_args(argv)
-    config = StudyConfig(out=args.out.resolve(), problems=[x.strip() for x in args.problems.split(",") if x])
+    config = StudyConfig(out=args.out.resolve(), problems=[x.strip() for x in args.problems.split(",") if x],
+                         gpu=args.gpu)
     preflight()
     say = Progress()
     fresh_folder(config.out)
@@ -238,7 +262,7 @@ def main(argv: list[str] | None = None) -> None:
     print(run([str(BIN / "mkb"), "compare", str(attempts), "--n-boot", "500"]).rstrip())
     say("mkb report")
     run([str(BIN / "mkb"), "report", str(attempts), "-o", str(config.out / "report"), "--n-boot", "500",
-         "--note", BANNER])
+         "--note", config.banner])
     say(f"attempts table: {attempts}; job folders: {config.jobs}")
     say(f"done. Report of this demonstration run (not a measurement): {config.out / 'report' / 'index.html'}")
 
