@@ -1,7 +1,7 @@
 """Oracle checks for problem 20 (MLA q_b projection + NeoX RoPE + compressed latent-cache write)."""
 
 import pytest
-from oracle_support import check_cutedsl_compiles, check_on_gpu
+from oracle_support import check_cutedsl_compiles, check_on_gpu, check_tirx_nvrtc, check_tirx_sources
 
 STEM = "20_mla_rope_compressed_cache_update_bf16"
 
@@ -14,7 +14,22 @@ def test_cutedsl_compiles(tmp_path):
         tmp_path)
 
 
+def test_tirx_sources():
+    sources = check_tirx_sources(
+        STEM, ["mkb_mla_q_gemm_kernel", "mkb_mla_rope_cache_kernel"],
+        ["__shared__ alignas(64) float a_s_ptr[2048]", "*(uint4*)(ra_ptr + 0) = *(uint4*)(A_ptr",
+         "*(float4*)(af_ptr + 4) = *(float4*)(a_s_ptr", "tvm_builtin_cuda_cta_sync()",
+         "*(nv_bfloat164*)(C_ptr", "prod_ptr[0] = ((nv_bfloat16)(", "if ((int64_t)0 <= slot)"])
+    gemm = sources["mkb_mla_q_gemm_kernel"]
+    assert "for (int kt = 0; kt < 96; ++kt)" in gemm  # K = 1536 in slices of 16
+
+
+@pytest.mark.slow
+def test_tirx_nvrtc(monkeypatch):
+    check_tirx_nvrtc(STEM, monkeypatch)
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("dsl", ["cutedsl"])
+@pytest.mark.parametrize("dsl", ["cutedsl", "tirx"])
 def test_on_gpu(dsl):
     check_on_gpu(STEM, dsl)
