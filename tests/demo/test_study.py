@@ -24,6 +24,13 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from demo.attempt_script import NOTES_HEADER, task_of  # noqa: E402
 
+sys.path.insert(0, str(REPO / "tests" / "skill_transfer"))
+from annotator_stub import StubModelServer, layer_of, section  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from metakernelbench.cli import app  # noqa: E402
+from metakernelbench.skill_transfer.annotate import read_annotations  # noqa: E402
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(os.geteuid() != 0 and _unshare_problem() is not None,
@@ -73,3 +80,52 @@ def test_report_marked_as_a_demonstration(study):
     assert "[demo" in stdout and "trial finished" in stdout
     assert stdout.rstrip().endswith(f"Report of this demonstration run (not a measurement): "
                                     f"{out / 'report' / 'index.html'}")
+
+
+def _first_line(text):
+    return next(line for line in text.splitlines() if line.strip()).strip()
+
+
+def _annotator(messages):
+    """A deterministic annotator that quotes what it is shown (the real job folders' skills and
+    trajectories), as the schema of each layer asks."""
+    layer = layer_of(messages)
+    if layer == "labels":
+        return 200, json.dumps({"labels": [{"category": "evidence_backed_finding",
+                                            "quote": _first_line(section(messages, "SKILL"))}]})
+    if layer == "follow":
+        return 200, json.dumps({"level": "partial", "evidence": [_first_line(section(messages, "TRAJECTORY"))],
+                                "rationale": "stub"})
+    if layer == "propagation":
+        claim = _first_line(section(messages, "SOURCE SKILL"))
+        target = section(messages, "TARGET SKILL")
+        return 200, json.dumps({"claims": [{"claim": claim, "verified": False, "support": None,
+                                            "reappears": claim if claim in target else None}]})
+    return 200, json.dumps({"primary_class": "toolchain_friction",
+                            "evidence": [_first_line(section(messages, "TRAJECTORY"))], "rationale": "stub"})
+
+
+def test_annotate_and_report_on_the_terminus_job_folders(study, tmp_path):
+    """``mkb annotate`` + ``mkb report`` over the real Harbor job folders Terminus-2 left (a stub
+    annotator model: no network)."""
+    out, _ = study
+    attempts = tmp_path / "attempts.jsonl"
+    shutil.copy(out / "attempts.jsonl", attempts)
+    os.environ.setdefault("OPENAI_API_KEY", "stub-local")
+    with StubModelServer(_annotator) as server:
+        done = CliRunner().invoke(app, ["annotate", str(attempts), str(out / "jobs"), "--model",
+                                        "openai/stub-annotator", "--api-base", server.base_url])
+        assert done.exit_code == 0, done.output
+    records = read_annotations(tmp_path / "attempts.annotations.jsonl")
+    layers = sorted({(r.layer, r.direction) for r in records})
+    # both transfer attempts left a skill and had a source skill: labels, follow and propagation each
+    for layer in ("labels", "follow", "propagation"):
+        assert (layer, "cutedsl2tirx") in layers and (layer, "tirx2cutedsl") in layers, layers
+    assert all(r.status == "labelled" for r in records), [(r.layer, r.status, r.error) for r in records]
+    report = tmp_path / "report"
+    done = CliRunner().invoke(app, ["report", str(attempts), "-o", str(report), "--n-boot", "50"])
+    assert done.exit_code == 0, done.output
+    md = (report / "report.md").read_text()
+    assert "Annotator: openai/stub-annotator" in md
+    for table in ("annotation_labels.csv", "annotation_follow.csv", "annotation_propagation.csv"):
+        assert (report / table).read_text().count("\n") >= 2, table
