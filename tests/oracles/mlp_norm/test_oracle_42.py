@@ -1,7 +1,7 @@
 """Oracle checks for problem 42 (MTP shifted embedding, dual RMSNorm and the eh_proj GEMM)."""
 
 import pytest
-from oracle_support import check_cutedsl_compiles, check_on_gpu
+from oracle_support import check_cutedsl_compiles, check_on_gpu, check_tirx_nvrtc, check_tirx_sources
 
 STEM = "42_shifted_embedding_dual_rmsnorm_ling_mtp_bf16"
 
@@ -15,7 +15,21 @@ def test_cutedsl_compiles(tmp_path):
         tmp_path)
 
 
+def test_tirx_sources():
+    sources = check_tirx_sources(
+        STEM, ["mkb_mtp_dual_rmsnorm_kernel", "mkb_eh_proj_gemm_kernel"],
+        ["row_id_ptr[0] = ((int)ids_ptr[", "tvm_builtin_cuda_cta_reduce_sum_8(", "normed_ptr[0] = ((nv_bfloat16)(",
+         "__shared__ alignas(64) float a_s_ptr[2048]", "*(uint4*)(ra_ptr + 0) = *(uint4*)(A_ptr",
+         "*(float4*)(af_ptr + 4) = *(float4*)(a_s_ptr", "*(nv_bfloat164*)(C_ptr"])
+    assert "for (int kt = 0; kt < 512; ++kt)" in sources["mkb_eh_proj_gemm_kernel"]  # K = 8192 in slices of 16
+
+
+@pytest.mark.slow
+def test_tirx_nvrtc(monkeypatch):
+    check_tirx_nvrtc(STEM, monkeypatch)
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("dsl", ["cutedsl"])
+@pytest.mark.parametrize("dsl", ["cutedsl", "tirx"])
 def test_on_gpu(dsl):
     check_on_gpu(STEM, dsl)
