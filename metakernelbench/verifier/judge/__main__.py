@@ -29,7 +29,8 @@ def _serve(args: argparse.Namespace) -> int:
                          settings=settings, secrets_dir=Path(args.secrets_dir) if args.secrets_dir else None,
                          budget=args.budget, minutes=args.minutes, images=images,
                          drop_privileges={"auto": None, "yes": True, "no": False}[args.drop_privileges],
-                         watch=args.watch)
+                         watch=args.watch, engine=args.engine, ray_address=args.ray_address,
+                         ray_devices=args.ray_devices)
     if args.problems_root:
         config.problems_root = Path(args.problems_root)
     if not (config.listen or config.unix):
@@ -90,6 +91,12 @@ def build_parser(prog: str = "python -m metakernelbench.verifier.judge") -> argp
     s.add_argument("--unix", default=None, help="a unix socket path (the no-Docker mode)")
     s.add_argument("--devices", default="cuda:0", help="comma-separated: cuda:0,cuda:1 or cpu (tests)")
     s.add_argument("--isolation", default="auto", choices=("auto", "docker", "subprocess"))
+    s.add_argument("--engine", default="local", choices=("local", "ray"),
+                   help="local: grade on --devices of this host; ray: on the device actors of a Ray cluster "
+                        "(every host started with ray start --resources '{\"mkb_device\": N}'; --devices ignored)")
+    s.add_argument("--ray-address", default="auto", help="the Ray cluster to join (with --engine ray)")
+    s.add_argument("--ray-devices", type=int, default=0,
+                   help="with --engine ray: wait up to a minute for this many devices to join")
     s.add_argument("--drop-privileges", default="auto", choices=("auto", "yes", "no"),
                    help="subprocess isolation: run evaluations as a dedicated uid (default: when root)")
     s.add_argument("--watch", default="auto", choices=("auto", "all", "site", "off"),

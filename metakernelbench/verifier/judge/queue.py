@@ -59,7 +59,11 @@ class Scheduler:
     _abandoned = False
 
     def _loop(self, slot: int, device: str) -> None:
+        available = getattr(self.isolation, "available", None)  # a remote device can be lost (engine_ray)
         while not self._stop.is_set():
+            if available is not None and not available(device):
+                log.error("device %s is gone: its slot claims no more work", device)
+                return
             sub = self.store.claim(device)
             if sub is None:
                 with self._cond:

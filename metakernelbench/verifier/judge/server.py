@@ -1,6 +1,7 @@
 """Assemble and run a judge: state folder, secrets, store, isolation, device slots, HTTP.
 
-Device slots: one per ``--devices`` entry, each with its own CPUs (``cpu_plan.host_plan``).
+Device slots: one per ``--devices`` entry, each with its own CPUs (``cpu_plan.host_plan``); with
+``--engine ray``, one per device actor of a Ray cluster, on any number of hosts (``engine_ray``).
 
 State folder (``--state``): ``judge.db`` (the store), ``admin.token`` (mode 0600), ``work/`` (one
 folder per running evaluation, removed afterwards), ``judge.pid``. With ``--secrets-dir`` the judge
@@ -46,6 +47,10 @@ class JudgeConfig:
     images: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_IMAGES))
     drop_privileges: bool | None = None
     watch: str = "auto"  # auto | all | site | off: the import-root scan when evaluations cannot drop privileges
+    engine: str = "local"  # local: the devices of this host | ray: the device actors of a Ray cluster
+    ray_address: str | None = "auto"
+    ray_devices: int = 0  # with ray: wait (up to a minute) until the cluster offers this many devices
+    ray_init: dict | None = None  # with ray and no cluster to join: ray.init's arguments (tests)
 
 
 def read_or_create_token(path: Path, prefix: str, mode: int = 0o600) -> str:
@@ -62,6 +67,14 @@ def read_or_create_token(path: Path, prefix: str, mode: int = 0o600) -> str:
 
 
 def make_isolation(config: JudgeConfig):
+    if config.engine == "ray":
+        from .engine_ray import RayIsolation, wait_for_devices
+
+        if config.ray_devices:
+            have = wait_for_devices(config.ray_address, config.ray_devices)
+            if have < config.ray_devices:
+                log.warning("Ray engine: %d of %d devices joined within a minute", have, config.ray_devices)
+        return RayIsolation(config.settings, config.ray_address, init_kwargs=config.ray_init)
     if config.isolation in ("auto", "docker"):
         client = docker_client()
         if client is not None:
@@ -91,18 +104,23 @@ class RunningJudge:
         if requeued:
             log.warning("queued again after a restart: submissions %s", requeued)
         self.isolation = make_isolation(config)
-        self.cpu_plan = host_plan(config.devices, honour_visible=getattr(self.isolation, "name", "") != "docker")
-        if self.cpu_plan.shared:
-            log.warning("CPU plan: %s", self.cpu_plan.note)
-        if hasattr(self.isolation, "cpu_plan"):
-            self.isolation.cpu_plan = self.cpu_plan
+        if config.engine == "ray":  # each device actor planned its host's CPUs itself
+            config.devices = self.isolation.devices
+            self.cpu_plan = None
+        else:
+            self.cpu_plan = host_plan(config.devices, honour_visible=getattr(self.isolation, "name", "") != "docker")
+            if self.cpu_plan.shared:
+                log.warning("CPU plan: %s", self.cpu_plan.note)
+            if hasattr(self.isolation, "cpu_plan"):
+                self.isolation.cpu_plan = self.cpu_plan
         self.scheduler = Scheduler(self.store, self.isolation, config.devices)
         self.judge = Judge(self.store, self.scheduler, config.problems_root, config.budget, config.minutes)
         self.servers = serve_http(self.judge, config.listen, config.unix)
         self.scheduler.start()
         log.info("judge up: devices %s, isolation %s, listening on %s %s; CPUs per slot (%s): %s", config.devices,
-                 self.isolation.name, config.listen or "", config.unix or "", self.cpu_plan.source,
-                 [s.cpus for s in self.cpu_plan.slots])
+                 self.isolation.name, config.listen or "", config.unix or "",
+                 self.cpu_plan.source if self.cpu_plan else "each Ray actor's host",
+                 [s.cpus for s in self.cpu_plan.slots] if self.cpu_plan else "-")
 
     @property
     def url(self) -> str:
