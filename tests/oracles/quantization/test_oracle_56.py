@@ -2,7 +2,7 @@
 re-quantisation): compile checks on the CPU, grading on a GPU."""
 
 import pytest
-from oracle_support import check_cutedsl_compiles, check_on_gpu
+from oracle_support import check_cutedsl_compiles, check_on_gpu, check_tirx_nvrtc, check_tirx_sources
 
 STEM = "56_mla_kv_compression_requant_deepseekv31_fp8"
 
@@ -18,6 +18,24 @@ def test_cutedsl_compiles(tmp_path):
     assert ptx.count("mma.sync.aligned.m16n8k16") == 2 * 128  # one 128-wide K block unrolled per GEMM
 
 
+def test_tirx_sources():
+    check_tirx_sources(
+        STEM, ["mkb_fp8_act_quant_kernel", "mkb_kv_a_weight_quant_kernel", "mkb_kv_a_gemm_kernel",
+               "mkb_rms_requant_kernel", "mkb_kv_b_weight_quant_kernel", "mkb_kv_b_gemm_kernel"],
+        ["__shfl_xor_sync", "tvm_builtin_cuda_cta_sync();", "cvt.rn.satfinite.e4m3x2.f32", "div.rn.f32 ",
+         "sqrt.rn.f32 ", "__shared__ alignas(64) float a_s_ptr[2048]", "(((float)ra_ptr[0]) * sa)"])
+
+
+@pytest.mark.slow
+def test_tirx_nvrtc(monkeypatch):
+    check_tirx_nvrtc(STEM, monkeypatch)
+
+
 @pytest.mark.gpu
 def test_cutedsl_on_gpu():
     check_on_gpu(STEM, "cutedsl")
+
+
+@pytest.mark.gpu
+def test_tirx_on_gpu():
+    check_on_gpu(STEM, "tirx")
