@@ -15,10 +15,8 @@ from types import ModuleType
 import pytest
 import torch
 
-from metakernelbench.problem_kit import anchor_mode
 from metakernelbench.problems import FAMILIES, REPO_ROOT, find_problem
-from metakernelbench.verifier.correctness import check_draw
-from metakernelbench.verifier.tensors import promote_floats, snapshot_graded
+from metakernelbench.verifier.selfcheck import draw_mismatch, standard_draws
 
 ORACLES = REPO_ROOT / "oracles"
 _LOADED: dict[Path, ModuleType] = {}
@@ -105,29 +103,10 @@ def check_tirx_nvrtc(stem: str, monkeypatch) -> None:
         assert bytes(cubin[:4]) == b"\x7fELF"
 
 
-def gpu_mismatch(stem: str, dsl: str, workload: dict, seed: int):
-    """One draw on the GPU, judged as the grader judges it (None when the oracle's outputs pass)."""
-    prob, device = find_problem(stem), torch.device("cuda")
-
-    def draw():
-        gen = torch.Generator(device=device).manual_seed(seed)
-        return prob.make_inputs(device, gen, **workload)
-
-    with torch.no_grad():
-        inputs = draw()
-        ref = snapshot_graded(prob.spec, inputs, prob.reference(*inputs))
-        promoted = promote_floats(draw())
-        with anchor_mode():
-            anchor = snapshot_graded(prob.spec, promoted, prob.reference(*promoted))
-        mine = draw()
-        got = snapshot_graded(prob.spec, mine, load(stem, dsl).solve(*mine))
-    torch.cuda.synchronize()
-    return check_draw(prob.spec, 0, got, ref, anchor)
-
-
 def check_on_gpu(stem: str, dsl: str) -> None:
     """The small workload and two draws of the graded one must pass (run only where CUDA is)."""
-    spec = find_problem(stem).spec
-    for workload, seed in ((spec.small_workload, 1), (spec.workload, 2), (spec.workload, 3)):
-        mismatch = gpu_mismatch(stem, dsl, workload, seed)
+    problem = find_problem(stem)
+    solve = load(stem, dsl).solve
+    for workload, seed in standard_draws(problem):
+        mismatch = draw_mismatch(problem, solve, workload, seed, torch.device("cuda"))
         assert mismatch is None, f"{stem} {dsl} {workload}: {mismatch}"

@@ -1,0 +1,36 @@
+"""``h200_oracle_check.py`` on the CPU: a correct and a wrong kernel for one task, small workload."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TASK = "28_fused_add_rmsnorm_h4096_llama31_8b_bf16_tirx"
+KERNEL = REPO / "tests" / "fixtures" / "kernels" / "rmsnorm_tirx_llvm.py"
+
+
+def _sweep(tmp_path, kernel: Path) -> dict:
+    out = tmp_path / "check.json"
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "h200_oracle_check.py"), "--out", str(out),
+                           "--device", "cpu", "--small-only", "--only", "28_tirx", "--kernel", f"{TASK}={kernel}"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
+def test_a_correct_kernel_is_ok(tmp_path):
+    record = _sweep(tmp_path, KERNEL)
+    assert {"command", "commit", "device", "date", "entries", "ok"} <= set(record)
+    (entry,) = record["entries"]
+    assert entry["task"] == TASK and entry["ok"] and entry["draws"][0]["workload"] == "small"
+
+
+def test_a_wrong_kernel_is_reported_with_its_mismatch(tmp_path):
+    wrong = tmp_path / "wrong_tirx.py"
+    wrong.write_text(KERNEL.read_text().replace("EPS = 1e-5", "EPS = 1e-1"))
+    record = _sweep(tmp_path, wrong)
+    (entry,) = record["entries"]
+    assert not entry["ok"] and record["ok"] == 0 and entry["draws"][0]["mismatch"]
