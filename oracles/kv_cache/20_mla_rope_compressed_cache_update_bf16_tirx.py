@@ -2,17 +2,21 @@
 
 Two TIRx kernels.
 
-1. ``mkb_mla_q_gemm``: q = q_c @ q_b_weight^T as a shared-memory tiled SIMT GEMM with fp32
-   accumulation (TIRx 0.27 has no WGMMA tile primitive for sm_90, so the projection runs on the
-   CUDA cores, slower than a tensor-core GEMM). A 256-thread CTA computes a 128 x 128 tile of q; K
-   advances in slices of 16. Each thread loads one 16-byte vector (8 bf16) of A and one of B per
-   slice into registers (the next slice's loads are issued before the current slice is computed),
-   widens them to fp32 and stores them K-major into shared memory; each thread then accumulates an
-   8 x 8 block of outputs (rows ty*4 + {0..3} and 64 + ty*4 + {0..3}, columns likewise from tx) from
-   float4 shared-memory reads. A reads the first q_lora columns of qkv_lora in place. The fp32 sums
-   are rounded to bf16 once, the reference's bf16 q (each bf16 x bf16 product is exact in fp32, so
-   only the summation order differs). Shapes that are not tile multiples (the small workload) are
-   zero-padded by the host into scratch tiles; the graded shapes need none.
+1. ``mkb_mla_q_gemm``: q = q_c @ q_b_weight^T on the tensor cores through the warp-level
+   ``mma.sync.m16n8k16`` (bf16 operands, fp32 accumulation), issued as a TIRx PTX intrinsic with the
+   fragments placed by hand. TIRx 0.27 has no WGMMA path for sm_90, so this is the Ampere-style
+   instruction, slower than a WGMMA GEMM. The CTA computes a 128 x 128 tile with 8 warps (2 x 4, each
+   64 x 32, i.e. 4 x 4 m16n8k16 tiles); K advances in slices of 32. Each thread loads two 16-byte
+   vectors (8 bf16) of A and two of B per slice into registers (the next slice's loads are issued
+   before the current slice is computed) and stores them, as 32-bit words holding bf16 pairs, into
+   shared-memory rows of 16 words padded to 20 (so the fragment reads of a warp hit 32 different
+   banks). A lane (group g = lane / 4, t = lane % 4) then reads its fragments exactly as the PTX ISA
+   lays them out for m16n8k16: A words (row g | g + 8, k-word t | t + 4), B words (column g, k-word t |
+   t + 4), and its accumulators are rows g | g + 8, columns 2t, 2t + 1 of each 16 x 8 tile. A reads the
+   first q_lora columns of qkv_lora in place. The fp32 sums are rounded to bf16 once, the reference's
+   bf16 q (each bf16 x bf16 product is exact, so only the summation order differs). Shapes that are not
+   tile multiples (the small workload) are zero-padded by the host into scratch tiles; the graded
+   shapes need none.
 2. ``mkb_mla_rope_cache``: one CTA per token; thread items are (head, pair) of the rotary half
    dims. q_pe is rotated in place in q_out; for tokens with slot >= 0 kv_c and the rotated k_pe are
    written to row ``slot`` of the cache viewed as [num_blocks * block_size, 576] (that is
@@ -29,7 +33,8 @@ from tvm.script import tirx as T
 HEADS = 16
 BM = 128
 BN = 128
-BK = 16
+BK = 32
+PAD = BK // 2 + 4  # 32-bit words per shared-memory row: 16 of data and 4 of padding
 THREADS = 256
 ROPE_THREADS = 256
 _EXES: dict = {}
@@ -38,7 +43,8 @@ _ARCHS: dict = {}
 
 
 def _gemm_kernel(m, width, n, k):
-    """C[m, n] = bf16(sum_k A[m, k] B[n, k]) over the first k columns of A [m, width]; tile multiples."""
+    """C[m, n] = bf16(sum_k A[m, k] B[n, k]) on the tensor cores (mma.sync m16n8k16, fp32 accumulation);
+    m, n multiples of 128, k of 32 (A [m, width]: its first k columns)."""
     k_tiles = k // BK
     tiles_n = n // BN
 
@@ -50,53 +56,72 @@ def _gemm_kernel(m, width, n, k):
         T.device_entry()
         cta = T.cta_id([(m // BM) * tiles_n])
         tx = T.thread_id([THREADS])
-        a_s = T.alloc_buffer((BK, BM), "float32", scope="shared")
-        b_s = T.alloc_buffer((BK, BN), "float32", scope="shared")
+        a_s = T.alloc_buffer((BM, PAD), "uint32", scope="shared")
+        b_s = T.alloc_buffer((BN, PAD), "uint32", scope="shared")
         acc = T.alloc_buffer((64,), "float32", scope="local")
-        af = T.alloc_buffer((8,), "float32", scope="local")
-        bf = T.alloc_buffer((8,), "float32", scope="local")
-        ra = T.alloc_buffer((8,), "bfloat16", scope="local")
-        rb = T.alloc_buffer((8,), "bfloat16", scope="local")
+        af = T.alloc_buffer((16,), "uint32", scope="local")
+        bfr = T.alloc_buffer((8,), "uint32", scope="local")
+        ra = T.alloc_buffer((16,), "bfloat16", scope="local")
+        rb = T.alloc_buffer((16,), "bfloat16", scope="local")
+        ra_w = T.decl_buffer((8,), "uint32", data=ra.data, scope="local")
+        rb_w = T.decl_buffer((8,), "uint32", data=rb.data, scope="local")
+        out = T.alloc_buffer((2,), "bfloat16", scope="local")
         row0: T.let = (cta // tiles_n) * BM
         col0: T.let = (cta % tiles_n) * BN
-        ty: T.let = tx // 16
-        tc: T.let = tx % 16
-        lrow: T.let = tx // 2
-        lk: T.let = (tx % 2) * 8
+        warp: T.let = tx // 32
+        lane: T.let = tx % 32
+        g: T.let = lane // 4
+        t: T.let = lane % 4
+        wr: T.let = (warp // 4) * 64
+        wc: T.let = (warp % 4) * 32
         for i in T.unroll(64):
             acc[i] = T.float32(0.0)
-        for j in T.vectorized(8):
-            ra[j] = A[row0 + lrow, lk + j]
-        for j in T.vectorized(8):
-            rb[j] = B[col0 + lrow, lk + j]
+        for h in T.unroll(2):
+            for j in T.vectorized(8):
+                ra[h * 8 + j] = A[row0 + (tx + h * THREADS) // 4, ((tx + h * THREADS) % 4) * 8 + j]
+            for j in T.vectorized(8):
+                rb[h * 8 + j] = B[col0 + (tx + h * THREADS) // 4, ((tx + h * THREADS) % 4) * 8 + j]
         for kt in range(k_tiles):
-            for j in T.unroll(8):
-                a_s[lk + j, lrow] = T.float32(ra[j])
-                b_s[lk + j, lrow] = T.float32(rb[j])
+            for h in T.unroll(2):
+                for j in T.vectorized(4):
+                    a_s[(tx + h * THREADS) // 4, ((tx + h * THREADS) % 4) * 4 + j] = ra_w[h * 4 + j]
+                for j in T.vectorized(4):
+                    b_s[(tx + h * THREADS) // 4, ((tx + h * THREADS) % 4) * 4 + j] = rb_w[h * 4 + j]
             T.cuda.cta_sync()
-            if kt + 1 < k_tiles:  # next slice's loads fly while this slice is computed
-                for j in T.vectorized(8):
-                    ra[j] = A[row0 + lrow, (kt + 1) * BK + lk + j]
-                for j in T.vectorized(8):
-                    rb[j] = B[col0 + lrow, (kt + 1) * BK + lk + j]
-            for kk in T.unroll(BK):
-                for i in T.vectorized(4):
-                    af[i] = a_s[kk, ty * 4 + i]
-                for i in T.vectorized(4):
-                    af[4 + i] = a_s[kk, 64 + ty * 4 + i]
-                for j in T.vectorized(4):
-                    bf[j] = b_s[kk, tc * 4 + j]
-                for j in T.vectorized(4):
-                    bf[4 + j] = b_s[kk, 64 + tc * 4 + j]
-                for i in T.unroll(8):
-                    for j in T.unroll(8):
-                        acc[i * 8 + j] = acc[i * 8 + j] + af[i] * bf[j]
+            if kt + 1 < k_tiles:
+                for h in T.unroll(2):
+                    for j in T.vectorized(8):
+                        ra[h * 8 + j] = A[row0 + (tx + h * THREADS) // 4,
+                                          (kt + 1) * BK + ((tx + h * THREADS) % 4) * 8 + j]
+                    for j in T.vectorized(8):
+                        rb[h * 8 + j] = B[col0 + (tx + h * THREADS) // 4,
+                                          (kt + 1) * BK + ((tx + h * THREADS) % 4) * 8 + j]
+            for ks in T.unroll(2):
+                for mt in T.unroll(4):
+                    af[mt * 4 + 0] = a_s[wr + mt * 16 + g, ks * 8 + t]
+                    af[mt * 4 + 1] = a_s[wr + mt * 16 + g + 8, ks * 8 + t]
+                    af[mt * 4 + 2] = a_s[wr + mt * 16 + g, ks * 8 + t + 4]
+                    af[mt * 4 + 3] = a_s[wr + mt * 16 + g + 8, ks * 8 + t + 4]
+                for nt in T.unroll(4):
+                    bfr[nt * 2 + 0] = b_s[wc + nt * 8 + g, ks * 8 + t]
+                    bfr[nt * 2 + 1] = b_s[wc + nt * 8 + g, ks * 8 + t + 4]
+                for mt in T.unroll(4):
+                    for nt in T.unroll(4):
+                        T.ptx["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"](
+                            acc[(mt * 4 + nt) * 4 + 0], acc[(mt * 4 + nt) * 4 + 1],
+                            acc[(mt * 4 + nt) * 4 + 2], acc[(mt * 4 + nt) * 4 + 3],
+                            af[mt * 4 + 0], af[mt * 4 + 1], af[mt * 4 + 2], af[mt * 4 + 3],
+                            bfr[nt * 2 + 0], bfr[nt * 2 + 1],
+                            acc[(mt * 4 + nt) * 4 + 0], acc[(mt * 4 + nt) * 4 + 1],
+                            acc[(mt * 4 + nt) * 4 + 2], acc[(mt * 4 + nt) * 4 + 3])
             T.cuda.cta_sync()
-        for i in T.unroll(8):
-            for jh in T.unroll(2):
-                for j in T.vectorized(4):
-                    C[row0 + (i // 4) * 64 + ty * 4 + i % 4, col0 + jh * 64 + tc * 4 + j] = T.bfloat16(
-                        acc[i * 8 + jh * 4 + j])
+        for mt in T.unroll(4):
+            for nt in T.unroll(4):
+                for hr in T.unroll(2):
+                    for j in T.unroll(2):
+                        out[j] = T.bfloat16(acc[(mt * 4 + nt) * 4 + hr * 2 + j])
+                    for j in T.vectorized(2):
+                        C[row0 + wr + mt * 16 + hr * 8 + g, col0 + wc + nt * 8 + t * 2 + j] = out[j]
 
     return mkb_mla_q_gemm
 

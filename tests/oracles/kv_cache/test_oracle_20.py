@@ -17,11 +17,13 @@ def test_cutedsl_compiles(tmp_path):
 def test_tirx_sources():
     sources = check_tirx_sources(
         STEM, ["mkb_mla_q_gemm_kernel", "mkb_mla_rope_cache_kernel"],
-        ["__shared__ alignas(64) float a_s_ptr[2048]", "*(uint4*)(ra_ptr + 0) = *(uint4*)(A_ptr",
-         "*(float4*)(af_ptr + 4) = *(float4*)(a_s_ptr", "tvm_builtin_cuda_cta_sync()",
-         "*(nv_bfloat164*)(C_ptr", "prod_ptr[0] = ((nv_bfloat16)(", "if ((int64_t)0 <= slot)"])
+        ["__shared__ alignas(64) uint a_s_ptr[2560]", "*(uint4*)(ra_ptr + 8) = *(uint4*)(A_ptr",
+         "*(uint4*)(a_s_ptr + ", "= *(uint4*)(((uint*)ra_ptr) + 4)", "tvm_builtin_cuda_cta_sync()",
+         "tvm_builtin_ptx_mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32(acc_ptr[60]",
+         "*(nv_bfloat162*)(C_ptr", "prod_ptr[0] = ((nv_bfloat16)(",
+         "if ((int64_t)0 <= slot)"])
     gemm = sources["mkb_mla_q_gemm_kernel"]
-    assert "for (int kt = 0; kt < 96; ++kt)" in gemm  # K = 1536 in slices of 16
+    assert "for (int kt = 0; kt < 48; ++kt)" in gemm  # K = 1536 in slices of 32
 
 
 @pytest.mark.slow

@@ -19,9 +19,11 @@ def test_tirx_sources():
     sources = check_tirx_sources(
         STEM, ["mkb_mtp_dual_rmsnorm_kernel", "mkb_eh_proj_gemm_kernel"],
         ["row_id_ptr[0] = ((int)ids_ptr[", "tvm_builtin_cuda_cta_reduce_sum_8(", "normed_ptr[0] = ((nv_bfloat16)(",
-         "__shared__ alignas(64) float a_s_ptr[2048]", "*(uint4*)(ra_ptr + 0) = *(uint4*)(A_ptr",
-         "*(float4*)(af_ptr + 4) = *(float4*)(a_s_ptr", "*(nv_bfloat164*)(C_ptr"])
-    assert "for (int kt = 0; kt < 512; ++kt)" in sources["mkb_eh_proj_gemm_kernel"]  # K = 8192 in slices of 16
+         "__shared__ alignas(64) uint a_s_ptr[2560]", "*(uint4*)(ra_ptr + 8) = *(uint4*)(A_ptr",
+         "*(uint4*)(a_s_ptr + ", "= *(uint4*)(((uint*)ra_ptr) + 4)", "tvm_builtin_cuda_cta_sync()",
+         "tvm_builtin_ptx_mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32(acc_ptr[60]",
+         "*(nv_bfloat162*)(C_ptr"])
+    assert "for (int kt = 0; kt < 256; ++kt)" in sources["mkb_eh_proj_gemm_kernel"]  # K = 8192 in slices of 32
 
 
 @pytest.mark.slow
