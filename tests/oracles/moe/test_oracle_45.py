@@ -1,0 +1,36 @@
+"""Oracles for problem 45 (capacity-limited MoE expert execution, SwiGLU experts, bf16): compile
+checks on the CPU, grading on a GPU."""
+
+import pytest
+from oracle_support import check_cutedsl_compiles, check_on_gpu, check_tirx_nvrtc, check_tirx_sources
+
+STEM = "45_capacity_factor_expert_dispatch_qwen3_coder_480b_bf16"
+
+
+def test_cutedsl_compiles(tmp_path):
+    ptx = check_cutedsl_compiles(
+        STEM, ["moe_swiglu_kernel", "moe_gemm_kernel", "moe_combine_kernel"],
+        ["bar.sync", "fma.rn.f32", "div.rn.f32", "cvt.rn.bf16.f32"],
+        tmp_path)
+    assert ptx.count("fma.rn.f32") >= 2 * 32 * 32  # both GEMMs' inner K step fully unrolled
+
+
+def test_tirx_sources():
+    check_tirx_sources(
+        STEM, ["mkb_moe_cap_swiglu_kernel", "mkb_moe_cap_down_kernel", "mkb_moe_cap_combine_kernel"],
+        ["tvm_builtin_cuda_cta_sync();", "__shared__ alignas(64) float a_s_ptr[2080]", "(nv_bfloat16)"])
+
+
+@pytest.mark.slow
+def test_tirx_nvrtc(monkeypatch):
+    check_tirx_nvrtc(STEM, monkeypatch)
+
+
+@pytest.mark.gpu
+def test_cutedsl_on_gpu():
+    check_on_gpu(STEM, "cutedsl")
+
+
+@pytest.mark.gpu
+def test_tirx_on_gpu():
+    check_on_gpu(STEM, "tirx")
