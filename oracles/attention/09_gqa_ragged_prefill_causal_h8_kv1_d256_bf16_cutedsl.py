@@ -7,7 +7,7 @@ eight query heads that share the KV head share every K/V tile. A CTA of 4 warps 
 (16 per warp); the grid is (an upper bound on the number of row tiles, KV heads) and each CTA finds
 its sequence and row tile by a scan of qo_indptr (CTAs past the last tile do nothing; the heaviest
 tile of each sequence gets the lowest index).
-- Q rows (gathered from q) and, for each block of 32 keys (64 at head dim <= 128: the head-dim-256
+- Q rows (gathered from q) and, for each block of 16 keys (64 at head dim <= 128: the head-dim-256
   O accumulators take 128 registers per thread), the K and V rows (k/v[kv_indptr[b] + j]
   for key j) are copied to swizzled shared memory by 16-byte ``cp.async``; rows past the end of the
   sequence are clamped to its last row (they are never used). The V copy of a block overlaps
@@ -42,8 +42,8 @@ _COMPILED = {}
 
 
 def _block_n(head_dim):
-    """Keys per block: 64, or 32 at head_dim 256 (register budget of the O accumulators)."""
-    return 64 if head_dim <= 128 else 32
+    """Keys per block: 64, or 16 at head_dim 256 (register budget of the O accumulators)."""
+    return 64 if head_dim <= 128 else 16
 
 
 def _quad_max(x):
