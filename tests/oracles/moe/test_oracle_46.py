@@ -1,0 +1,37 @@
+"""Oracles for problem 46 (MoE router backward: renormalisation, scatter, softmax backward and the two
+router GEMMs, bf16 I/O): compile checks on the CPU, grading on a GPU."""
+
+import pytest
+from oracle_support import check_cutedsl_compiles, check_on_gpu, check_tirx_nvrtc, check_tirx_sources
+
+STEM = "46_router_dispatch_backward_qwen3_coder_30b_bf16"
+
+
+def test_cutedsl_compiles(tmp_path):
+    ptx = check_cutedsl_compiles(
+        STEM, ["router_bwd_kernel", "gemm_hidden_kernel", "gemm_gate_kernel", "reduce_gate_kernel"],
+        ["shfl.sync.bfly.b32", "shfl.sync.idx.b32", "div.rn.f32", "bar.sync", "fma.rn.f32", "cvt.rn.bf16.f32"],
+        tmp_path)
+    assert ptx.count("fma.rn.f32") >= 2 * 32 * 32  # both GEMMs' inner K step fully unrolled
+
+
+def test_tirx_sources():
+    check_tirx_sources(
+        STEM, ["mkb_router_bwd_kernel", "mkb_gemm_hidden_kernel", "mkb_gemm_gate_kernel", "mkb_reduce_gate_kernel"],
+        ["__shfl_xor_sync", "__shfl_sync", "tvm_builtin_cuda_cta_sync();",
+         "__shared__ alignas(64) float a_s_ptr[2080]", "(nv_bfloat16)"])
+
+
+@pytest.mark.slow
+def test_tirx_nvrtc(monkeypatch):
+    check_tirx_nvrtc(STEM, monkeypatch)
+
+
+@pytest.mark.gpu
+def test_cutedsl_on_gpu():
+    check_on_gpu(STEM, "cutedsl")
+
+
+@pytest.mark.gpu
+def test_tirx_on_gpu():
+    check_on_gpu(STEM, "tirx")
