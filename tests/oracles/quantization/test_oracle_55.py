@@ -1,0 +1,41 @@
+"""Oracles for problem 55 (multimodal embedding with an NVFP4 vision projection, Qwen3-VL-32B): compile
+checks on the CPU, grading on a GPU."""
+
+import pytest
+from oracle_support import check_cutedsl_compiles, check_on_gpu, check_tirx_nvrtc, check_tirx_sources
+
+STEM = "55_multimodal_embedding_projection_qwen3vl_nvfp4"
+
+
+def test_cutedsl_compiles(tmp_path):
+    ptx = check_cutedsl_compiles(
+        STEM, ["nvfp4_amax_kernel", "nvfp4_global_scale_kernel", "nvfp4_act_quant_kernel",
+               "nvfp4_weight_decode_kernel", "nvfp4_proj_scatter_kernel", "text_gather_kernel"],
+        ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+         "cp.async.cg.shared.global", "cvt.rn.satfinite.e4m3x2.f32", "div.rn.f32", "shfl.sync.bfly.b32",
+         "cvt.rn.bf16.f32"],
+        tmp_path)
+    assert ptx.count("div.rn.f32") == 17  # the scale, then one per element of the block
+    assert ptx.count("mma.sync.aligned.m16n8k16") == 32  # one 32-wide K slice per warp, unrolled
+
+
+def test_tirx_sources():
+    check_tirx_sources(
+        STEM, ["mkb_nvfp4_amax_kernel", "mkb_nvfp4_global_scale_kernel", "mkb_nvfp4_act_quant_kernel",
+               "mkb_nvfp4_weight_decode_kernel", "mkb_nvfp4_proj_scatter_kernel", "mkb_text_gather_kernel"],
+        ["__shfl_xor_sync", "cvt.rn.satfinite.e4m3x2.f32", "div.rn.f32 ", "ROWMAP_ptr["])
+
+
+@pytest.mark.slow
+def test_tirx_nvrtc(monkeypatch):
+    check_tirx_nvrtc(STEM, monkeypatch)
+
+
+@pytest.mark.gpu
+def test_cutedsl_on_gpu():
+    check_on_gpu(STEM, "cutedsl")
+
+
+@pytest.mark.gpu
+def test_tirx_on_gpu():
+    check_on_gpu(STEM, "tirx")
