@@ -17,7 +17,8 @@ Three DSL kernels.
    tiles 64 x 32 each) filled by 16-byte ``cp.async`` copies (swizzled rows, so that ``ldmatrix``
    reads them without bank conflicts); one ``ldmatrix`` of the x fragment feeds both MMAs. The
    epilogue keeps the reference's roundings: gate and up to bf16, silu(g) = g / (1 + exp(-g)) with
-   a precise exp and an IEEE division, rounded to bf16, times up (exact in fp32), rounded to bf16.
+   an IEEE division (exp through ex2.approx, a few fp32 ulps, far below the bf16 rounding that
+   follows), rounded to bf16, times up (exact in fp32), rounded to bf16.
 3. ``down_gemm_kernel``: y = bf16(a Wd^T), the same tensor-core GEMM with a 128 x 128 tile and one
    accumulator set (4 warps, each 64 x 64).
 Every GEMM operand value is bf16, so each product is exact and only the summation order differs
