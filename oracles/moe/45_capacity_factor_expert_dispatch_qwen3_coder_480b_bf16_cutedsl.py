@@ -1,8 +1,8 @@
 """CuTe DSL oracle for problem 45: capacity-limited MoE expert execution (routing given), SwiGLU
 experts with weights stored [E, in, out], bf16.
 
-The dispatch gather, the three expert GEMMs, the SwiGLU and the weighted combine run in three DSL
-kernels; torch only sorts the (token, k) assignments and builds index tables.
+The dispatch gather, the three expert GEMMs, the SwiGLU and the weighted combine run in DSL kernels;
+torch only sorts the (token, k) assignments and builds index tables.
 
 - Capacity rule (glue, as the reference): the assignments flattened token-major are stably sorted
   by expert; an expert keeps its first C = floor(T k / E * 1.25) sorted assignments and drops the
@@ -10,18 +10,22 @@ kernels; torch only sorts the (token, k) assignments and builds index tables.
   they are cut into 64-row tiles listed in a fixed table of E * ceil(C / 64) entries (empty entries
   do nothing, so there is no host sync). Zero rows of the reference's padded buffer are not run:
   their outputs are never used.
-- ``moe_swiglu_kernel``: a CTA owns one tile (rows of one expert, each the token x[pos // k]
-  gathered through an index table) and 64 gate columns with the same 64 up columns, and loops over
-  K in steps of 32. bf16 operands are read as 32-bit words (two values each) and widened exactly to
-  fp32 into shared memory (K-major tiles, rows padded by one word); 256 threads each hold a 4 x 8
-  fp32 accumulator (rows ty + 16i, columns tx + 16j) updated by fp32 FMAs, so each dot product is an
-  fp32 sum of exact products (a bf16 GEMM with fp32 accumulation). The epilogue rounds gate and up
-  to bf16 and writes h = bf16(bf16(silu(gate)) * up) (exp and an IEEE division).
-- ``moe_gemm_kernel``: the same CTA shape over 128 output columns of y = bf16(h W_d[e]).
+- ``moe_tc_gemm_kernel`` (the graded shapes: hidden and inter multiples of 128), tensor cores: a
+  CTA (8 warps, 4 x 2) owns one tile of up to 64 rows of one expert and 128 output columns; K
+  advances in steps of 32 through a two-stage shared-memory ring filled by 16-byte ``cp.async``
+  copies: A rows gathered through an index table (rows past the tile's end repeat its last row and
+  are not stored), B tiles of the N-major weights read by ``ldmatrix.trans``, A by ``ldmatrix``;
+  warp-level ``mma.sync`` m16n8k16 with bf16 operands and fp32 accumulation (exact products, a bf16
+  GEMM with fp32 accumulation as the reference's). With ``glu`` the CTA keeps a gate and an up
+  accumulator for the same columns and writes h = bf16(bf16(silu(bf16(gate))) * bf16(up))
+  (exp and an IEEE division); otherwise it writes y = bf16(h W_d[e]).
+- ``moe_swiglu_kernel`` / ``moe_gemm_kernel`` (other shapes): the same tiles on SIMT: operands read
+  as 32-bit words and widened exactly to fp32 into shared memory, 256 threads each with a 4 x 8
+  fp32 accumulator updated by FMAs, and the same epilogues.
 - ``moe_combine_kernel``: one CTA per token; per column, the token's kept contributions
   bf16(y * weight) in ascending expert order (dropped ones add zero) are summed with a bf16
   rounding after each add, as the reference.
-No tensor cores: the GEMMs are SIMT fp32 FMAs, slower than the reference's cuBLAS bf16 GEMMs.
+``_TENSOR_CORES = False`` routes every shape through the SIMT kernels.
 """
 
 import cutlass
@@ -35,8 +39,10 @@ CAPACITY_FACTOR = 1.25
 WORKLOAD = dict(tokens=5120, hidden=6144, inter=2560, experts=160, top_k=8)
 BM, BN, BK = 64, 128, 32  # rows per tile, columns per CTA (SwiGLU: 64 gate + 64 up), K step
 HALF = BN // 2
+TBM, TBN, TBK = 64, 128, 32  # tensor-core tiles: rows, columns (of gate and of up), K step
 _THREADS = 256
 _COMPILED = {}
+_TENSOR_CORES = True  # False: the SIMT kernels for every shape
 
 
 def _lo(word):
@@ -204,6 +210,123 @@ def moe_combine_kernel(y: cute.Tensor, sorted_w: cute.Tensor, slots: cute.Tensor
         out[t, c] = total.to(cutlass.BFloat16)
 
 
+def _load_a_tile(g2s, dst, a, rowidx, row_begin, row_end, kt, tidx):
+    """cp.async of one 64 x 32 A tile: thread (row, chunk) copies 8 bf16 of row rowidx[row_begin + row]
+    (rows past the tile's end repeat its last row; their results are not stored)."""
+    r = cutlass.min(row_begin + tidx // (TBK // 8), row_end - 1)
+    src = cute.local_tile(a[rowidx[r], None], (8,), (kt * (TBK // 8) + tidx % (TBK // 8),))
+    cute.copy(g2s, src, dst)
+
+
+@cute.kernel
+def moe_tc_gemm_kernel(a: cute.Tensor, rowidx: cute.Tensor, b0: cute.Tensor, b1: cute.Tensor, tiles: cute.Tensor,
+                       out: cute.Tensor, glu: cutlass.Constexpr):
+    """Tensor-core tile GEMM over one expert's rows: A rows gathered through rowidx, B [e, K, N] N-major.
+
+    glu: out[p, n] = bf16(bf16(silu(bf16(A_p . B0_e[:, n]))) * bf16(A_p . B1_e[:, n]));
+    otherwise out[p, n] = bf16(A_p . B0_e[:, n]).
+    """
+    tidx, _, _ = cute.arch.thread_idx()
+    tb, nb, _ = cute.arch.block_idx()
+    k_tiles = cute.size(b0, mode=[1]) // TBK
+    expert = tiles[tb, 0]
+    row_begin = tiles[tb, 1]
+    row_end = tiles[tb, 2]
+    if row_end > row_begin:
+        smem = cutlass.memory.SmemAllocator()
+        a_atom = cute.make_layout((8, TBK), stride=(TBK, 1))
+        sA = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(a_atom, (TBM, TBK, 2), (0, 1, 2)), 128,
+                                  swizzle=cute.make_swizzle(2, 3, 3))
+        b_atom = cute.make_layout((8, 64), stride=(64, 1))
+        sB0 = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(b_atom, (TBK, TBN, 2), (0, 1, 2)), 128,
+                                   swizzle=cute.make_swizzle(3, 3, 3))
+        sB1 = sB0
+        if cutlass.const_expr(glu):
+            sB1 = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(b_atom, (TBK, TBN, 2), (0, 1, 2)), 128,
+                                       swizzle=cute.make_swizzle(3, 3, 3))
+        nk_view = cute.make_layout((TBN, TBK, 2), stride=(TBK, 1, TBN * TBK))  # (n, k, stage) -> (k, n, stage)
+        sB0t = cute.composition(sB0, nk_view)
+        sB1t = cute.composition(sB1, nk_view)
+
+        cp_atom = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(cache_mode=cute.nvgpu.LoadCacheMode.GLOBAL),
+                                      cutlass.BFloat16, num_bits_per_copy=128)
+        g2s_a = cute.make_tiled_copy_tv(cp_atom, cute.make_layout((TBM, TBK // 8), stride=(TBK // 8, 1)),
+                                        cute.make_layout((1, 8)))
+        tAsA = g2s_a.get_slice(tidx).partition_D(sA)  # ((8, 1), 1, 1, stages)
+        g2s_b = cute.make_tiled_copy_tv(cp_atom, cute.make_layout((_THREADS // (TBN // 8), TBN // 8),
+                                                                  stride=(TBN // 8, 1)), cute.make_layout((1, 8)))
+        thr_g2s_b = g2s_b.get_slice(tidx)
+        gB0 = cute.local_tile(b0[expert, None, None], (TBK, TBN), (None, nb))  # (TBK, TBN, k tiles)
+        gB1 = cute.local_tile(b1[expert, None, None], (TBK, TBN), (None, nb))
+        tBgB0 = thr_g2s_b.partition_S(gB0)
+        tBgB1 = thr_g2s_b.partition_S(gB1)
+        tBsB0 = thr_g2s_b.partition_D(sB0)
+        tBsB1 = thr_g2s_b.partition_D(sB1)
+
+        tiled_mma = cute.make_tiled_mma(
+            cute.nvgpu.warp.MmaF16BF16Op(cutlass.BFloat16, cutlass.Float32, (16, 8, 16)),
+            cute.make_layout((4, 2, 1)), permutation_mnk=(64, 32, 16))
+        thr_mma = tiled_mma.get_slice(tidx)
+        tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA)[None, None, None, 0])
+        tCrB0 = tiled_mma.make_fragment_B(thr_mma.partition_B(sB0t)[None, None, None, 0])
+        tCrB1 = tiled_mma.make_fragment_B(thr_mma.partition_B(sB1t)[None, None, None, 0])
+        acc0 = cute.make_rmem_tensor(thr_mma.partition_shape_C((TBM, TBN)), cutlass.Float32)
+        acc1 = cute.make_rmem_tensor(thr_mma.partition_shape_C((TBM, TBN)), cutlass.Float32)
+        acc0.fill(0.0)
+        acc1.fill(0.0)
+        s2r_a = cute.make_tiled_copy_A(
+            cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(False, 4), cutlass.BFloat16), tiled_mma)
+        s2r_b = cute.make_tiled_copy_B(
+            cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(True, 4), cutlass.BFloat16), tiled_mma)
+        thr_s2r_a = s2r_a.get_slice(tidx)
+        thr_s2r_b = s2r_b.get_slice(tidx)
+        tXsA = thr_s2r_a.partition_S(sA)
+        tXrA = thr_s2r_a.retile(tCrA)
+        tXsB0 = thr_s2r_b.partition_S(sB0t)
+        tXrB0 = thr_s2r_b.retile(tCrB0)
+        tXsB1 = thr_s2r_b.partition_S(sB1t)
+        tXrB1 = thr_s2r_b.retile(tCrB1)
+        kk_blocks = cute.size(tCrA, mode=[2])
+
+        _load_a_tile(g2s_a, tAsA[None, 0, 0, 0], a, rowidx, row_begin, row_end, 0, tidx)
+        cute.copy(g2s_b, tBgB0[None, None, None, 0], tBsB0[None, None, None, 0])
+        if cutlass.const_expr(glu):
+            cute.copy(g2s_b, tBgB1[None, None, None, 0], tBsB1[None, None, None, 0])
+        cute.arch.cp_async_commit_group()
+        for kt in range(k_tiles):
+            if kt + 1 < k_tiles:  # prefetch the next K tile into the other stage
+                nxt = (kt + 1) % 2
+                _load_a_tile(g2s_a, tAsA[None, 0, 0, nxt], a, rowidx, row_begin, row_end, kt + 1, tidx)
+                cute.copy(g2s_b, tBgB0[None, None, None, kt + 1], tBsB0[None, None, None, nxt])
+                if cutlass.const_expr(glu):
+                    cute.copy(g2s_b, tBgB1[None, None, None, kt + 1], tBsB1[None, None, None, nxt])
+            cute.arch.cp_async_commit_group()
+            cute.arch.cp_async_wait_group(1)  # this K tile's group has landed
+            cute.arch.sync_threads()
+            stage = kt % 2
+            for kk in cutlass.range_constexpr(kk_blocks):
+                cute.copy(s2r_a, tXsA[None, None, kk, stage], tXrA[None, None, kk])
+                cute.copy(s2r_b, tXsB0[None, None, kk, stage], tXrB0[None, None, kk])
+                cute.gemm(tiled_mma, acc0, tCrA[None, None, kk], tCrB0[None, None, kk], acc0)
+                if cutlass.const_expr(glu):
+                    cute.copy(s2r_b, tXsB1[None, None, kk, stage], tXrB1[None, None, kk])
+                    cute.gemm(tiled_mma, acc1, tCrA[None, None, kk], tCrB1[None, None, kk], acc1)
+            cute.arch.sync_threads()  # the stage is refilled by the next iteration's prefetch
+
+        tCcC = thr_mma.partition_C(cute.make_identity_tensor((TBM, TBN)))  # (m, n) of every accumulator
+        n0 = nb * TBN
+        for i in cutlass.range_constexpr(cute.size(acc0)):
+            p = row_begin + tCcC[i][0]
+            if p < row_end:
+                if cutlass.const_expr(glu):
+                    gate = _bf16(acc0[i])
+                    up = _bf16(acc1[i])
+                    act = _bf16(gate / (1.0 + cute.math.exp(-gate)))
+                    out[p, n0 + tCcC[i][1]] = (act * up).to(cutlass.BFloat16)
+                else:
+                    out[p, n0 + tCcC[i][1]] = acc0[i].to(cutlass.BFloat16)
+
+
 @cute.jit
 def moe_swiglu(a_words: cute.Tensor, rowidx: cute.Tensor, gate_words: cute.Tensor, up_words: cute.Tensor,
                tiles: cute.Tensor, h_out: cute.Tensor, stream: cuda.CUstream):
@@ -218,6 +341,13 @@ def moe_gemm(a_words: cute.Tensor, rowidx: cute.Tensor, b_words: cute.Tensor, ti
     moe_gemm_kernel(a_words, rowidx, b_words, tiles, out).launch(
         grid=[(cute.size(out, mode=[1]) + BN - 1) // BN, cute.size(tiles, mode=[0]), 1],
         block=[_THREADS, 1, 1], stream=stream)
+
+
+@cute.jit
+def moe_tc_gemm(a: cute.Tensor, rowidx: cute.Tensor, b0: cute.Tensor, b1: cute.Tensor, tiles: cute.Tensor,
+                out: cute.Tensor, glu: cutlass.Constexpr, stream: cuda.CUstream):
+    moe_tc_gemm_kernel(a, rowidx, b0, b1, tiles, out, glu).launch(
+        grid=[cute.size(tiles, mode=[0]), cute.size(out, mode=[1]) // TBN, 1], block=[_THREADS, 1, 1], stream=stream)
 
 
 @cute.jit
@@ -260,6 +390,20 @@ def _compile_down(pairs, n_tiles, experts, hidden, inter, arch=None, ptx_dir=Non
     return cute.compile(moe_gemm, _fake(cutlass.Int32, (pairs, inter // 2)), _fake(cutlass.Int32, (pairs,)),
                         _fake(cutlass.Int32, (experts, inter, hidden // 2)), _fake(cutlass.Int32, (n_tiles, 3)),
                         _fake(cutlass.BFloat16, (pairs, hidden)), make_fake_stream(), options=_options(arch, ptx_dir))
+
+
+def _compile_tc(glu, rows_a, pairs, n_tiles, experts, k, n, arch=None, ptx_dir=None):
+    """A [rows_a, k] gathered into `pairs` rows, B [experts, k, n] (two of them when glu), out [pairs, n]."""
+    bf16 = cutlass.BFloat16
+    w = _fake(bf16, (experts, k, n))
+    return cute.compile(moe_tc_gemm, _fake(bf16, (rows_a, k)), _fake(cutlass.Int32, (pairs,)), w, w,
+                        _fake(cutlass.Int32, (n_tiles, 3)), _fake(bf16, (pairs, n)), glu, make_fake_stream(),
+                        options=_options(arch, ptx_dir))
+
+
+def _use_tensor_cores(hidden, inter):
+    """The tensor-core kernels need whole 128-column tiles (and so whole 32-wide K steps)."""
+    return _TENSOR_CORES and hidden % TBN == 0 and inter % TBN == 0
 
 
 def _compile_combine(tokens, top_k, hidden, arch=None, ptx_dir=None):
@@ -329,14 +473,23 @@ def solve(hidden_states, selected_experts, routing_weights, expert_gate_weights,
     sorted_tok, sorted_w, tiles, slots = _plan(selected_experts, routing_weights, experts, capacity)
     n_tiles = tiles.shape[0]
     h = torch.empty(pairs, inter, dtype=bf16, device=device)
-    _get(("swiglu", tokens, pairs, n_tiles, experts, hidden, inter), lambda: _compile_swiglu(
-        tokens, pairs, n_tiles, experts, hidden, inter))(
-        _words(hidden_states), sorted_tok, _words(expert_gate_weights), _words(expert_up_weights), tiles, h, stream)
     y = torch.empty(pairs, hidden, dtype=bf16, device=device)
-    _get(("down", pairs, n_tiles, experts, hidden, inter), lambda: _compile_down(
-        pairs, n_tiles, experts, hidden, inter))(
-        _words(h), torch.arange(pairs, dtype=torch.int32, device=device), _words(expert_down_weights), tiles, y,
-        stream)
+    rows = torch.arange(pairs, dtype=torch.int32, device=device)
+    if _use_tensor_cores(hidden, inter):
+        wg, wu, wd = expert_gate_weights.contiguous(), expert_up_weights.contiguous(), expert_down_weights.contiguous()
+        _get(("tc_glu", tokens, pairs, n_tiles, experts, hidden, inter), lambda: _compile_tc(
+            True, tokens, pairs, n_tiles, experts, hidden, inter))(
+            hidden_states.contiguous(), sorted_tok, wg, wu, tiles, h, stream)
+        _get(("tc_down", pairs, n_tiles, experts, inter, hidden), lambda: _compile_tc(
+            False, pairs, pairs, n_tiles, experts, inter, hidden))(h, rows, wd, wd, tiles, y, stream)
+    else:
+        _get(("swiglu", tokens, pairs, n_tiles, experts, hidden, inter), lambda: _compile_swiglu(
+            tokens, pairs, n_tiles, experts, hidden, inter))(
+            _words(hidden_states), sorted_tok, _words(expert_gate_weights), _words(expert_up_weights), tiles, h,
+            stream)
+        _get(("down", pairs, n_tiles, experts, hidden, inter), lambda: _compile_down(
+            pairs, n_tiles, experts, hidden, inter))(
+            _words(h), rows, _words(expert_down_weights), tiles, y, stream)
     _get(("combine", tokens, top_k, hidden), lambda: _compile_combine(tokens, top_k, hidden))(
         y, sorted_w, slots, out, stream)
     return out
@@ -348,7 +501,9 @@ def precompile(arch="sm_90a", ptx_dir=None):
     tokens, hidden, inter, experts, top_k = w["tokens"], w["hidden"], w["inter"], w["experts"], w["top_k"]
     pairs = tokens * top_k
     n_tiles = _max_tiles(_capacity(tokens, top_k, experts), experts)
-    builds = [_compile_swiglu(tokens, pairs, n_tiles, experts, hidden, inter, arch, ptx_dir),
-              _compile_down(pairs, n_tiles, experts, hidden, inter, arch, ptx_dir),
-              _compile_combine(tokens, top_k, hidden, arch, ptx_dir)]
+    builds = [_compile_tc(True, tokens, pairs, n_tiles, experts, hidden, inter, arch, ptx_dir),
+              _compile_tc(False, pairs, pairs, n_tiles, experts, inter, hidden, arch, ptx_dir),
+              _compile_combine(tokens, top_k, hidden, arch, ptx_dir),
+              _compile_swiglu(tokens, pairs, n_tiles, experts, hidden, inter, arch, ptx_dir),
+              _compile_down(pairs, n_tiles, experts, hidden, inter, arch, ptx_dir)]
     return [name for compiled in builds for name in compiled.kernel_info]

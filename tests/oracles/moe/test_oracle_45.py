@@ -9,10 +9,14 @@ STEM = "45_capacity_factor_expert_dispatch_qwen3_coder_480b_bf16"
 
 def test_cutedsl_compiles(tmp_path):
     ptx = check_cutedsl_compiles(
-        STEM, ["moe_swiglu_kernel", "moe_gemm_kernel", "moe_combine_kernel"],
-        ["bar.sync", "fma.rn.f32", "div.rn.f32", "cvt.rn.bf16.f32"],
+        STEM, ["moe_tc_gemm_kernel", "moe_tc_gemm_kernel", "moe_combine_kernel", "moe_swiglu_kernel",
+               "moe_gemm_kernel"],
+        ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
+         "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "cp.async.cg.shared.global", "cp.async.wait_group",
+         "bar.sync", "fma.rn.f32", "div.rn.f32", "cvt.rn.bf16.f32"],
         tmp_path)
-    assert ptx.count("fma.rn.f32") >= 2 * 32 * 32  # both GEMMs' inner K step fully unrolled
+    assert ptx.count("mma.sync.aligned") >= 32 + 16  # both tensor-core GEMMs' K steps unrolled (gate + up, down)
+    assert ptx.count("fma.rn.f32") >= 2 * 32 * 32  # the SIMT GEMMs' inner K step fully unrolled
 
 
 def test_tirx_sources():
