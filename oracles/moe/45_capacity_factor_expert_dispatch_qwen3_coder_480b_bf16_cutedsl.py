@@ -256,8 +256,9 @@ def moe_tc_gemm_kernel(a: cute.Tensor, rowidx: cute.Tensor, b0: cute.Tensor, b1:
         g2s_b = cute.make_tiled_copy_tv(cp_atom, cute.make_layout((_THREADS // (TBN // 8), TBN // 8),
                                                                   stride=(TBN // 8, 1)), cute.make_layout((1, 8)))
         thr_g2s_b = g2s_b.get_slice(tidx)
-        gB0 = cute.local_tile(b0[expert, None, None], (TBK, TBN), (None, nb))  # (TBK, TBN, k tiles)
-        gB1 = cute.local_tile(b1[expert, None, None], (TBK, TBN), (None, nb))
+        e64 = cutlass.Int64(expert)  # an expert's offset (up to E K N elements) needs 64-bit arithmetic
+        gB0 = cute.local_tile(b0[e64, None, None], (TBK, TBN), (None, nb))  # (TBK, TBN, k tiles)
+        gB1 = cute.local_tile(b1[e64, None, None], (TBK, TBN), (None, nb))
         tBgB0 = thr_g2s_b.partition_S(gB0)
         tBgB1 = thr_g2s_b.partition_S(gB1)
         tBsB0 = thr_g2s_b.partition_D(sB0)

@@ -1,8 +1,8 @@
 """TIRx oracle for problem 45: capacity-limited MoE expert execution (routing given), SwiGLU experts
 with weights stored [E, in, out], bf16.
 
-The dispatch gather, the three expert GEMMs, the SwiGLU and the weighted combine run in three TIRx
-kernels; torch only sorts the (token, k) assignments and builds index tables.
+The dispatch gather, the three expert GEMMs, the SwiGLU and the weighted combine run in TIRx kernels;
+torch only sorts the (token, k) assignments and builds index tables.
 
 - Capacity rule (glue, as the reference): the assignments flattened token-major are stably sorted
   by expert; an expert keeps its first C = floor(T k / E * 1.25) sorted assignments and drops the
@@ -10,20 +10,28 @@ kernels; torch only sorts the (token, k) assignments and builds index tables.
   they are cut into 64-row tiles listed in a fixed table of E * ceil(C / 64) entries (empty entries
   do nothing, so there is no host sync). Zero rows of the reference's padded buffer are not run:
   their outputs are never used.
-- ``mkb_moe_cap_swiglu``: a CTA owns one tile (rows of one expert, each the token x[pos // k]
-  gathered through an index table) and 64 gate columns with the same 64 up columns, and loops over
-  K in steps of 32. bf16 operands are read as 32-bit words (two values each) and widened exactly to
-  fp32 into shared memory (K-major tiles, rows padded by one word); 256 threads each keep a 4 x 8
-  fp32 accumulator (rows ty + 16i, columns tx + 16j) updated by fp32 multiply-adds, so each dot
-  product is an fp32 sum of exact products (a bf16 GEMM with fp32 accumulation). The epilogue
-  rounds gate and up to bf16 and writes h = bf16(bf16(silu(gate)) * up).
-- ``mkb_moe_cap_down``: the same CTA shape over 128 output columns of y = bf16(h W_d[e]).
+- ``mkb_moe_cap_tc_glu`` / ``mkb_moe_cap_tc_down`` (the graded shapes: hidden and inter multiples
+  of 128), tensor cores through the warp-level ``mma.sync.m16n8k16`` (bf16 operands, fp32
+  accumulation) issued as a TIRx PTX intrinsic with the fragments placed by hand: a CTA (8 warps,
+  2 x 4, each 32 x 32) owns one tile of up to 64 rows of one expert and 128 output columns, K in
+  slices of 32 with the next slice's global loads in flight while the current one is computed. A
+  rows (tokens gathered through an index table; rows past the tile's end repeat its last row and
+  are not stored) go to shared rows of 16 words padded to 20; the N-major weights are read as
+  32-bit words (two columns) from K rows 2p and 2p + 1 and repacked into (K 2p, K 2p + 1) words per
+  column, the B fragment layout. A lane (g = lane / 4, t = lane % 4) reads A words (row g | g + 8,
+  k-word t | t + 4) and B words (column g, k-word t | t + 4); its accumulators are rows g | g + 8,
+  columns 2t, 2t + 1 of each 16 x 8 tile. The gate/up kernel keeps two accumulators for the same
+  columns and writes h = bf16(bf16(silu(bf16(gate))) * bf16(up)); the down kernel writes
+  y = bf16(h W_d[e]).
+- ``mkb_moe_cap_swiglu`` / ``mkb_moe_cap_down`` (other shapes): the same tiles on SIMT: bf16
+  operands read as 32-bit words and widened exactly to fp32 into shared memory, 256 threads each
+  with a 4 x 8 fp32 accumulator updated by fp32 multiply-adds, and the same epilogues.
 - ``mkb_moe_cap_combine``: one CTA per token; per column, the token's kept contributions
   bf16(y * weight) in ascending expert order (dropped ones add zero) are summed with a bf16
   rounding after each add, as the reference.
 silu uses a precise exp and a Newton-corrected division (NVRTC builds with --use_fast_math).
-TIRx 0.27 has no WGMMA path on sm_90: the GEMMs are SIMT fp32 FMAs, slower than the reference's
-cuBLAS bf16 GEMMs.
+TIRx 0.27 has no WGMMA path on sm_90, so the tensor-core kernels use the Ampere-style mma.sync,
+below cuBLAS's WGMMA GEMMs. ``_TENSOR_CORES = False`` routes every shape through the SIMT kernels.
 """
 
 import torch
@@ -38,6 +46,10 @@ HALF = BN // 2
 THREADS = 256
 A_STRIDE = BM + 1  # shared tiles are K-major, padded by one word
 B_STRIDE = BN + 1
+TBM, TBN, TBK = 64, 128, 32  # tensor-core tiles: rows, columns (of gate and of up), K step
+PAD = TBK // 2 + 4  # 32-bit words per shared-memory row of the tensor-core tiles: 16 of data, 4 of padding
+MMA = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+_TENSOR_CORES = True  # False: the SIMT kernels for every shape
 _EXES: dict = {}
 _FNS: dict = {}
 _ARCHS: dict = {}
@@ -266,6 +278,120 @@ def _down_kernel(hidden, inter):
     return mkb_moe_cap_down
 
 
+def _tc_kernel(k, n, glu, name):
+    """Tensor-core tile GEMM over one expert's rows: A [rows, k] gathered through rowidx, B [e, k, n] N-major.
+
+    glu: out[p, j] = bf16(bf16(silu(bf16(A_p . B0_e[:, j]))) * bf16(A_p . B1_e[:, j]));
+    otherwise out[p, j] = bf16(A_p . B0_e[:, j]). n a multiple of 128, k of 32.
+    """
+    k_tiles = k // TBK
+    nmat = 2 if glu else 1
+
+    @T.prim_func
+    def tc_gemm(a_h: T.handle, idx_h: T.handle, b0_h: T.handle, b1_h: T.handle, tiles_h: T.handle,
+                out_h: T.handle):
+        rows_a = T.int32()
+        rows = T.int32()
+        n_experts = T.int32()
+        max_tiles = T.int32()
+        A = T.match_buffer(a_h, (rows_a, k), "bfloat16")
+        rowidx = T.match_buffer(idx_h, (rows,), "int32")
+        B0 = T.match_buffer(b0_h, (n_experts, k, n // 2), "int32")  # bf16 pairs along N (int32 offsets fit)
+        B1 = T.match_buffer(b1_h, (n_experts, k, n // 2), "int32")
+        tiles = T.match_buffer(tiles_h, (max_tiles, 3), "int32")
+        out = T.match_buffer(out_h, (rows, n), "bfloat16")
+        T.device_entry()
+        tb, nb = T.cta_id([max_tiles, n // TBN])
+        tx = T.thread_id([THREADS])
+        a_s = T.alloc_buffer((TBM, PAD), "uint32", scope="shared")
+        b_s = T.alloc_buffer((nmat * TBN, PAD), "uint32", scope="shared")
+        acc = T.alloc_buffer((nmat * 32,), "float32", scope="local")
+        af = T.alloc_buffer((8,), "uint32", scope="local")
+        bfr = T.alloc_buffer((2,), "uint32", scope="local")
+        ra = T.alloc_buffer((8,), "bfloat16", scope="local")
+        ra_w = T.decl_buffer((4,), "uint32", data=ra.data, scope="local")
+        rb = T.alloc_buffer((nmat * 8,), "int32", scope="local")  # [matrix][K row parity][4 words]
+        res = T.alloc_buffer((2,), "bfloat16", scope="local")
+        expert: T.let = tiles[tb, 0]
+        row_begin: T.let = tiles[tb, 1]
+        row_end: T.let = tiles[tb, 2]
+        warp: T.let = tx // 32
+        lane: T.let = tx % 32
+        g: T.let = lane // 4
+        t: T.let = lane % 4
+        wr: T.let = (warp // 4) * 32  # the warp's 32 rows
+        wc: T.let = (warp % 4) * 32  # the warp's 32 columns (of each matrix)
+        kp: T.let = tx % 16  # B staging: K rows 2 kp, 2 kp + 1 of the slice
+        cc: T.let = tx // 16  # B staging: columns 8 cc .. 8 cc + 7
+        n0: T.let = nb * TBN
+        if row_end > row_begin:  # uniform over the CTA
+            arow: T.let = rowidx[T.min(row_begin + tx // 4, row_end - 1)]  # past the end: the last row, not stored
+            for i in T.unroll(nmat * 32):
+                acc[i] = T.float32(0.0)
+            for e in T.vectorized(8):
+                ra[e] = A[arow, (tx % 4) * 8 + e]
+            for par in T.unroll(2):
+                for e in T.vectorized(4):
+                    rb[par * 4 + e] = B0[expert, kp * 2 + par, n0 // 2 + cc * 4 + e]
+                if glu:
+                    for e in T.vectorized(4):
+                        rb[8 + par * 4 + e] = B1[expert, kp * 2 + par, n0 // 2 + cc * 4 + e]
+            for kt in range(k_tiles):
+                for e in T.vectorized(4):
+                    a_s[tx // 4, (tx % 4) * 4 + e] = ra_w[e]
+                for mat in T.unroll(nmat):  # b_s[column, K pair] = (B[2 kp, column], B[2 kp + 1, column])
+                    for e in T.unroll(4):
+                        b_s[mat * TBN + cc * 8 + 2 * e, kp] = T.Cast("uint32", T.bitwise_or(
+                            T.bitwise_and(rb[mat * 8 + e], T.int32(0xFFFF)), T.shift_left(rb[mat * 8 + 4 + e], 16)))
+                        b_s[mat * TBN + cc * 8 + 2 * e + 1, kp] = T.Cast("uint32", T.bitwise_or(
+                            T.bitwise_and(T.shift_right(rb[mat * 8 + e], 16), T.int32(0xFFFF)),
+                            T.bitwise_and(rb[mat * 8 + 4 + e], T.int32(-65536))))
+                T.cuda.cta_sync()
+                if kt + 1 < k_tiles:  # the next slice's loads fly while this one is computed
+                    for e in T.vectorized(8):
+                        ra[e] = A[arow, (kt + 1) * TBK + (tx % 4) * 8 + e]
+                    for par in T.unroll(2):
+                        for e in T.vectorized(4):
+                            rb[par * 4 + e] = B0[expert, (kt + 1) * TBK + kp * 2 + par, n0 // 2 + cc * 4 + e]
+                        if glu:
+                            for e in T.vectorized(4):
+                                rb[8 + par * 4 + e] = B1[expert, (kt + 1) * TBK + kp * 2 + par, n0 // 2 + cc * 4 + e]
+                for ks in T.unroll(2):
+                    for mt in T.unroll(2):
+                        af[mt * 4 + 0] = a_s[wr + mt * 16 + g, ks * 8 + t]
+                        af[mt * 4 + 1] = a_s[wr + mt * 16 + g + 8, ks * 8 + t]
+                        af[mt * 4 + 2] = a_s[wr + mt * 16 + g, ks * 8 + t + 4]
+                        af[mt * 4 + 3] = a_s[wr + mt * 16 + g + 8, ks * 8 + t + 4]
+                    for mat in T.unroll(nmat):
+                        for nt in T.unroll(4):
+                            bfr[0] = b_s[mat * TBN + wc + nt * 8 + g, ks * 8 + t]
+                            bfr[1] = b_s[mat * TBN + wc + nt * 8 + g, ks * 8 + t + 4]
+                            for mt in T.unroll(2):
+                                T.ptx[MMA](
+                                    acc[mat * 32 + (mt * 4 + nt) * 4 + 0], acc[mat * 32 + (mt * 4 + nt) * 4 + 1],
+                                    acc[mat * 32 + (mt * 4 + nt) * 4 + 2], acc[mat * 32 + (mt * 4 + nt) * 4 + 3],
+                                    af[mt * 4 + 0], af[mt * 4 + 1], af[mt * 4 + 2], af[mt * 4 + 3], bfr[0], bfr[1],
+                                    acc[mat * 32 + (mt * 4 + nt) * 4 + 0], acc[mat * 32 + (mt * 4 + nt) * 4 + 1],
+                                    acc[mat * 32 + (mt * 4 + nt) * 4 + 2], acc[mat * 32 + (mt * 4 + nt) * 4 + 3])
+                T.cuda.cta_sync()
+            # epilogue: accumulator (mt, nt) holds rows g | g + 8, columns 2t, 2t + 1 of its 16 x 8 tile
+            for mt in T.unroll(2):
+                for hr in T.unroll(2):
+                    if row_begin + wr + mt * 16 + hr * 8 + g < row_end:
+                        for nt in T.unroll(4):
+                            for j in T.unroll(2):
+                                if glu:
+                                    res[j] = T.bfloat16(
+                                        _bf16(silu_precise(_bf16(acc[(mt * 4 + nt) * 4 + hr * 2 + j])))
+                                        * _bf16(acc[32 + (mt * 4 + nt) * 4 + hr * 2 + j]))
+                                else:
+                                    res[j] = T.bfloat16(acc[(mt * 4 + nt) * 4 + hr * 2 + j])
+                            for j in T.vectorized(2):
+                                out[row_begin + wr + mt * 16 + hr * 8 + g, n0 + wc + nt * 8 + t * 2 + j] = res[j]
+
+    return tc_gemm.with_attr("global_symbol", name)
+
+
 def _combine_kernel(hidden, top_k):
     @T.prim_func
     def mkb_moe_cap_combine(y_h: T.handle, sw_h: T.handle, slots_h: T.handle, out_h: T.handle):
@@ -297,12 +423,20 @@ def _combine_kernel(hidden, top_k):
     return mkb_moe_cap_combine
 
 
+def _use_tensor_cores(hidden, inter):
+    """The tensor-core kernels need whole 128-column tiles (and so whole 32-wide K steps)."""
+    return _TENSOR_CORES and hidden % TBN == 0 and inter % TBN == 0
+
+
 def _build(hidden, inter, top_k, arch):
     """Compile every kernel once per shape and arch; return the tvm Executable."""
     key = (hidden, inter, top_k, arch)
     if key not in _EXES:
         funcs = {"swiglu": _swiglu_kernel(hidden, inter), "down": _down_kernel(hidden, inter),
                  "combine": _combine_kernel(hidden, top_k)}
+        if _use_tensor_cores(hidden, inter):
+            funcs["tc_glu"] = _tc_kernel(hidden, inter, True, "mkb_moe_cap_tc_glu")
+            funcs["tc_down"] = _tc_kernel(inter, hidden, False, "mkb_moe_cap_tc_down")
         target = tvm.target.Target({"kind": "cuda", "arch": arch})
         with target:
             _EXES[key] = tvm.compile(tvm.IRModule(funcs), target=target, tir_pipeline="tirx")
@@ -322,7 +456,8 @@ def _kernel_fns(hidden, inter, top_k):
     key = (hidden, inter, top_k, _device_arch())
     if key not in _FNS:
         mod = _build(*key).mod
-        _FNS[key] = tuple(mod[name] for name in ("swiglu", "down", "combine"))
+        names = ("tc_glu", "tc_down") if _use_tensor_cores(hidden, inter) else ("swiglu", "down")
+        _FNS[key] = tuple(mod[name] for name in names + ("combine",))
     return _FNS[key]
 
 
@@ -387,9 +522,14 @@ def solve(hidden_states, selected_experts, routing_weights, expert_gate_weights,
     swiglu, down, combine = _kernel_fns(hidden, inter, top_k)
     sorted_tok, sorted_w, tiles, slots = _plan(selected_experts, routing_weights, experts, capacity)
     h = torch.empty(pairs, inter, dtype=bf16, device=device)
-    swiglu(_words(hidden_states), sorted_tok, _words(expert_gate_weights), _words(expert_up_weights), tiles, h)
     y = torch.empty(pairs, hidden, dtype=bf16, device=device)
-    down(_words(h), _words(expert_down_weights), tiles, y)
+    if _use_tensor_cores(hidden, inter):
+        wd = _words(expert_down_weights)
+        swiglu(hidden_states.contiguous(), sorted_tok, _words(expert_gate_weights), _words(expert_up_weights), tiles, h)
+        down(h, torch.arange(pairs, dtype=torch.int32, device=device), wd, wd, tiles, y)
+    else:
+        swiglu(_words(hidden_states), sorted_tok, _words(expert_gate_weights), _words(expert_up_weights), tiles, h)
+        down(_words(h), _words(expert_down_weights), tiles, y)
     combine(y, sorted_w, slots, out)
     return out
 
