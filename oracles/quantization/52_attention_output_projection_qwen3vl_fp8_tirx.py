@@ -12,15 +12,18 @@ Three TIRx kernels.
    GEMM tiles) get zeros.
 2. ``mkb_fp8_weight_quant``: the same for the weight's 128 x 128 blocks, one 256-thread CTA per
    block (64 contiguous values per thread; shuffle max, then across the 8 warps in shared memory).
-3. ``mkb_fp8_block_gemm``: out = bf16(dequant(A) @ dequant(W)^T + bias) as a shared-memory tiled
-   SIMT GEMM with fp32 accumulation. TIRx 0.27 has no WGMMA tile primitive for sm_90, so the GEMM
-   runs on the CUDA cores, slower than a tensor-core GEMM (and slower than the eager reference's
-   fp32 GEMM). A 256-thread CTA computes a 128 x 128 tile; K advances in slices of 16 (the next
-   slice's 16-byte loads are issued before the current one is computed). Each operand value is
-   multiplied by its block scale in fp32 while it is stored K-major into shared memory, which gives
-   exactly the reference's dequantised fp32 operand (q * scale, one rounding), so only the
-   summation order differs from the reference's fp32 GEMM. Each thread accumulates an 8 x 8 block
-   of outputs; the bf16 bias is added in fp32 and the sum is rounded to bf16 once.
+3. ``mkb_fp8_block_gemm``: out = bf16(dequant(A) @ dequant(W)^T + bias) on the tensor cores:
+   warp-level ``mma.sync`` m16n8k16 (bf16 operands, the exact e4m3 values, fp32 accumulation) issued
+   through TIRx's PTX intrinsic with hand-written fragment maps (TIRx 0.27 has no WGMMA path for
+   sm_90). A 256-thread CTA (4 x 2 warps, each 32 x 64) computes a 128 x 128 tile; K advances in
+   slices of 32 through two shared-memory stages (rows padded to 20 words so the 32-bit fragment
+   reads are conflict-free); the next slice's 16-byte global loads are issued before the current
+   slice is multiplied and stored to the other stage after it, one barrier per slice. The operands
+   reach the kernel as 32-bit words of bf16 pairs. Every product of two e4m3 values is exact in
+   fp32, so the raw sums of one 128-wide K block are accumulated in separate fp32 registers, then
+   multiplied by the row's activation scale times the tile's weight scale and added to the fp32
+   accumulator: the reference's dequantised fp32 GEMM up to summation order. The bf16 bias is added
+   in fp32 and the sum is rounded to bf16 once.
 """
 
 import torch
@@ -32,7 +35,9 @@ MIN_SCALE = 1e-12
 QBLOCK = 128
 BM = 128
 BN = 128
-BK = 16
+BKW = 16  # K slice of the tensor-core GEMM: 32 bf16 = 16 32-bit words
+PADW = 20  # its shared-memory row stride in words (16 + 4 keeps the fragment reads conflict-free)
+MMA = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 THREADS = 256
 ACT_WARPS = 4
 _EXES: dict = {}
@@ -159,17 +164,19 @@ def _weight_quant_kernel(n, k):
 
 
 def _gemm_kernel(m, n, k):
-    """C[m, n] = bf16(sum_k (A[m, k] SA[m, k // 128]) (B[n, k] SB[n // 128, k // 128]) + BIAS[n]); tile multiples."""
-    k_tiles = k // BK
+    """C[m, n] = bf16(sum_kb (sum_{k in kb} A[m, k] B[n, k]) * SA[m, kb] * SB[n // 128, kb] + BIAS[n]) on the tensor
+    cores; A and B arrive as 32-bit words of bf16 pairs (k even, k + 1); m and n are multiples of 128."""
+    kw = k // 2
+    k_tiles = kw // BKW
     tiles_n = n // BN
     nkb = k // QBLOCK
-    per_block = QBLOCK // BK
+    per_block = QBLOCK // (2 * BKW)
 
     @T.prim_func
     def mkb_fp8_block_gemm(a_h: T.handle, b_h: T.handle, sa_h: T.handle, sb_h: T.handle, bias_h: T.handle,
                            c_h: T.handle):
-        A = T.match_buffer(a_h, (m, k), "bfloat16")
-        B = T.match_buffer(b_h, (n, k), "bfloat16")
+        A = T.match_buffer(a_h, (m, kw), "int32")
+        B = T.match_buffer(b_h, (n, kw), "int32")
         SA = T.match_buffer(sa_h, (m, nkb), "float32")
         SB = T.match_buffer(sb_h, (n // QBLOCK, nkb), "float32")
         BIAS = T.match_buffer(bias_h, (n,), "bfloat16")
@@ -177,55 +184,99 @@ def _gemm_kernel(m, n, k):
         T.device_entry()
         cta = T.cta_id([(m // BM) * tiles_n])
         tx = T.thread_id([THREADS])
-        a_s = T.alloc_buffer((BK, BM), "float32", scope="shared")
-        b_s = T.alloc_buffer((BK, BN), "float32", scope="shared")
+        a_s = T.alloc_buffer((2, BM, PADW), "int32", scope="shared")
+        b_s = T.alloc_buffer((2, BN, PADW), "int32", scope="shared")
         acc = T.alloc_buffer((64,), "float32", scope="local")
-        af = T.alloc_buffer((8,), "float32", scope="local")
-        bf = T.alloc_buffer((8,), "float32", scope="local")
-        ra = T.alloc_buffer((8,), "bfloat16", scope="local")
-        rb = T.alloc_buffer((8,), "bfloat16", scope="local")
+        part = T.alloc_buffer((64,), "float32", scope="local")
+        af = T.alloc_buffer((8,), "uint32", scope="local")
+        bfr = T.alloc_buffer((16,), "uint32", scope="local")
+        ra = T.alloc_buffer((8,), "int32", scope="local")
+        rb = T.alloc_buffer((8,), "int32", scope="local")
+        sc = T.alloc_buffer((4,), "float32", scope="local")
         row0: T.let = (cta // tiles_n) * BM
-        col0: T.let = (cta % tiles_n) * BN
-        ty: T.let = tx // 16
-        tc: T.let = tx % 16
+        bn: T.let = cta % tiles_n
+        col0: T.let = bn * BN
+        warp: T.let = tx // 32
+        lane: T.let = tx % 32
+        g: T.let = lane // 4
+        t: T.let = lane % 4
+        wm: T.let = (warp % 4) * 32
+        wn: T.let = (warp // 4) * 64
         lrow: T.let = tx // 2
-        lk: T.let = (tx % 2) * 8
+        lw: T.let = (tx % 2) * 8
         for i in T.unroll(64):
             acc[i] = T.float32(0.0)
-        for j in T.vectorized(8):
-            ra[j] = A[row0 + lrow, lk + j]
-        for j in T.vectorized(8):
-            rb[j] = B[col0 + lrow, lk + j]
+            part[i] = T.float32(0.0)
+        for j in T.vectorized(4):
+            ra[j] = A[row0 + lrow, lw + j]
+        for j in T.vectorized(4):
+            ra[4 + j] = A[row0 + lrow, lw + 4 + j]
+        for j in T.vectorized(4):
+            rb[j] = B[col0 + lrow, lw + j]
+        for j in T.vectorized(4):
+            rb[4 + j] = B[col0 + lrow, lw + 4 + j]
+        for j in T.vectorized(4):
+            a_s[0, lrow, lw + j] = ra[j]
+        for j in T.vectorized(4):
+            a_s[0, lrow, lw + 4 + j] = ra[4 + j]
+        for j in T.vectorized(4):
+            b_s[0, lrow, lw + j] = rb[j]
+        for j in T.vectorized(4):
+            b_s[0, lrow, lw + 4 + j] = rb[4 + j]
+        T.cuda.cta_sync()
         for kt in range(k_tiles):
-            sa: T.let = SA[row0 + lrow, kt // per_block]
-            sb: T.let = SB[col0 // QBLOCK, kt // per_block]
-            for j in T.unroll(8):
-                a_s[lk + j, lrow] = T.float32(ra[j]) * sa
-                b_s[lk + j, lrow] = T.float32(rb[j]) * sb
+            st: T.let = kt % 2
+            if kt + 1 < k_tiles:  # the next slice's loads fly while this one is multiplied
+                for j in T.vectorized(4):
+                    ra[j] = A[row0 + lrow, (kt + 1) * BKW + lw + j]
+                for j in T.vectorized(4):
+                    ra[4 + j] = A[row0 + lrow, (kt + 1) * BKW + lw + 4 + j]
+                for j in T.vectorized(4):
+                    rb[j] = B[col0 + lrow, (kt + 1) * BKW + lw + j]
+                for j in T.vectorized(4):
+                    rb[4 + j] = B[col0 + lrow, (kt + 1) * BKW + lw + 4 + j]
+            for ks in T.unroll(2):
+                # fragments: a(mi) = rows g / g + 8 x words t / t + 4 of the warp's 16-row tile mi; b(ni) = row g
+                for mi in T.unroll(2):
+                    for h in T.unroll(2):
+                        for q in T.unroll(2):
+                            af[mi * 4 + q * 2 + h] = T.reinterpret(
+                                "uint32", a_s[st, wm + mi * 16 + h * 8 + g, ks * 8 + q * 4 + t])
+                for ni in T.unroll(8):
+                    for q in T.unroll(2):
+                        bfr[ni * 2 + q] = T.reinterpret("uint32", b_s[st, wn + ni * 8 + g, ks * 8 + q * 4 + t])
+                for mi in T.unroll(2):
+                    for ni in T.unroll(8):
+                        T.ptx[MMA](part[mi * 32 + ni * 4], part[mi * 32 + ni * 4 + 1], part[mi * 32 + ni * 4 + 2],
+                                   part[mi * 32 + ni * 4 + 3], af[mi * 4], af[mi * 4 + 1], af[mi * 4 + 2],
+                                   af[mi * 4 + 3], bfr[ni * 2], bfr[ni * 2 + 1], part[mi * 32 + ni * 4],
+                                   part[mi * 32 + ni * 4 + 1], part[mi * 32 + ni * 4 + 2], part[mi * 32 + ni * 4 + 3])
+            if kt % per_block == per_block - 1:  # end of a 128-wide K block: scale the raw sums and fold them in
+                for mi in T.unroll(2):
+                    for h in T.unroll(2):
+                        sc[mi * 2 + h] = SA[row0 + wm + mi * 16 + h * 8 + g, kt // per_block] * SB[bn, kt // per_block]
+                for mi in T.unroll(2):
+                    for ni in T.unroll(8):
+                        for r in T.unroll(4):
+                            acc[mi * 32 + ni * 4 + r] = acc[mi * 32 + ni * 4 + r] + part[mi * 32 + ni * 4 + r] * sc[
+                                mi * 2 + r // 2]
+                            part[mi * 32 + ni * 4 + r] = T.float32(0.0)
+            if kt + 1 < k_tiles:  # the other stage was last read before the previous barrier
+                for j in T.vectorized(4):
+                    a_s[1 - st, lrow, lw + j] = ra[j]
+                for j in T.vectorized(4):
+                    a_s[1 - st, lrow, lw + 4 + j] = ra[4 + j]
+                for j in T.vectorized(4):
+                    b_s[1 - st, lrow, lw + j] = rb[j]
+                for j in T.vectorized(4):
+                    b_s[1 - st, lrow, lw + 4 + j] = rb[4 + j]
             T.cuda.cta_sync()
-            if kt + 1 < k_tiles:  # next slice's loads fly while this slice is computed
-                for j in T.vectorized(8):
-                    ra[j] = A[row0 + lrow, (kt + 1) * BK + lk + j]
-                for j in T.vectorized(8):
-                    rb[j] = B[col0 + lrow, (kt + 1) * BK + lk + j]
-            for kk in T.unroll(BK):
-                for i in T.vectorized(4):
-                    af[i] = a_s[kk, ty * 4 + i]
-                for i in T.vectorized(4):
-                    af[4 + i] = a_s[kk, 64 + ty * 4 + i]
-                for j in T.vectorized(4):
-                    bf[j] = b_s[kk, tc * 4 + j]
-                for j in T.vectorized(4):
-                    bf[4 + j] = b_s[kk, 64 + tc * 4 + j]
-                for i in T.unroll(8):
-                    for j in T.unroll(8):
-                        acc[i * 8 + j] = acc[i * 8 + j] + af[i] * bf[j]
-            T.cuda.cta_sync()
-        for i in T.unroll(8):
-            for jh in T.unroll(2):
-                for j in T.vectorized(4):
-                    C[row0 + (i // 4) * 64 + ty * 4 + i % 4, col0 + jh * 64 + tc * 4 + j] = T.bfloat16(
-                        acc[i * 8 + jh * 4 + j] + T.float32(BIAS[col0 + jh * 64 + tc * 4 + j]))
+        for mi in T.unroll(2):
+            for ni in T.unroll(8):
+                for r in T.unroll(4):  # accumulator r: row g + 8 (r // 2), column 2t + r % 2
+                    col: T.let = col0 + wn + ni * 8 + t * 2 + r % 2
+                    C[row0 + wm + mi * 16 + (r // 2) * 8 + g, col] = T.bfloat16(
+                        acc[mi * 32 + ni * 4 + r] + T.float32(BIAS[col]))
 
     return mkb_fp8_block_gemm
 
@@ -279,7 +330,8 @@ def solve(attn_output, o_proj_weight, o_proj_bias):
     sw = torch.empty(n // QBLOCK, k // QBLOCK, dtype=torch.float32, device=dev)
     _kernel_fn("weight", (n, k))(o_proj_weight.contiguous(), qw, sw)
     out = torch.empty(padded, n, dtype=torch.bfloat16, device=dev)
-    _kernel_fn("gemm", (padded, n, k))(qa, qw, sa, sw, o_proj_bias.contiguous(), out)
+    _kernel_fn("gemm", (padded, n, k))(qa.view(torch.int32), qw.view(torch.int32), sa, sw, o_proj_bias.contiguous(),
+                                        out)
     return out if padded == rows else out[:rows].contiguous()
 
 

@@ -23,7 +23,8 @@ def test_tirx_sources():
         STEM, ["mkb_fp8_act_quant_kernel", "mkb_kv_a_weight_quant_kernel", "mkb_kv_a_gemm_kernel",
                "mkb_rms_requant_kernel", "mkb_kv_b_weight_quant_kernel", "mkb_kv_b_gemm_kernel"],
         ["__shfl_xor_sync", "tvm_builtin_cuda_cta_sync();", "cvt.rn.satfinite.e4m3x2.f32", "div.rn.f32 ",
-         "sqrt.rn.f32 ", "__shared__ alignas(64) float a_s_ptr[2048]", "(((float)ra_ptr[0]) * sa)"])
+         "sqrt.rn.f32 ", "__shared__ alignas(64) int a_s_ptr[5120]",
+         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"])
 
 
 @pytest.mark.slow
