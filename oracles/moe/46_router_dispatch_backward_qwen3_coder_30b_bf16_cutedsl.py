@@ -1,7 +1,7 @@
 """CuTe DSL oracle for problem 46: backward of the MoE router (softmax -> top-k -> renormalise ->
 linear), bf16 I/O.
 
-Four DSL kernels; torch only allocates.
+DSL kernels do all the math; torch only allocates.
 
 - ``router_bwd_kernel``, one warp per token. Lane j < k owns selection slot j: chosen = P[t, e_j],
   the renormalisation backward d_unnorm = dW_j / S - (sum_j (dW_j chosen_j) / S) / S (the sum by a
@@ -9,16 +9,20 @@ Four DSL kernels; torch only allocates.
   l, l + 32, ...: dP = grad_router_logits[t, e], to which the k slot values are added where e = e_j
   (broadcast by shuffles; experts are distinct, so each gets at most one add, as scatter_add).
   Softmax backward dL = P (dP - sum_e dP P) (warp butterfly sum), rounded to bf16 and stored [T, E].
-- ``gemm_hidden_kernel``: grad_hidden = dL W_gate [T, E] x [E, H]: a CTA owns 64 token rows and 128
-  columns, K (= E) in steps of 32; bf16 operands are read as 32-bit words and widened exactly to
-  fp32 into shared memory (K-major tiles, rows padded by one word); 256 threads each hold a 4 x 8
-  fp32 accumulator (rows ty + 16i, columns tx + 16j) updated by fp32 FMAs (exact products, fp32
-  accumulation); the epilogue rounds to bf16.
-- ``gemm_gate_kernel``: grad_gate = dL^T X [E, T] x [T, H], split over K (tokens) in chunks of 2048:
-  a CTA owns 64 experts x 128 columns of one chunk, with the same staging (dL's [T, E] layout is
-  read directly as the transposed operand) and accumulator, and stores an fp32 partial sum.
+- ``tc_hidden_kernel`` (whole tiles: tokens and experts multiples of 64, hidden of 128):
+  grad_hidden = bf16(dL W_gate) on the tensor cores: a CTA (8 warps, 4 x 2) owns 64 token rows x
+  128 columns; K (= E) in steps of 32 through a two-stage shared-memory ring filled by 16-byte
+  ``cp.async``; dL read by ``ldmatrix``, the N-major W_gate by ``ldmatrix.trans``; warp-level
+  ``mma.sync`` m16n8k16 with bf16 operands and fp32 accumulation (exact products, fp32 sums).
+- ``tc_gate_kernel``: grad_gate = dL^T X, split over K (tokens) in chunks of 2048: a CTA owns 64
+  experts x 128 columns of one chunk; both operands are token-major, so dL (the transposed A) and X
+  are staged with experts / columns contiguous and read by ``ldmatrix.trans``; the fp32 partial
+  sums are stored per chunk.
 - ``reduce_gate_kernel``: sums the partials in chunk order and rounds to bf16.
-No tensor cores: the GEMMs are SIMT fp32 FMAs.
+- ``gemm_hidden_kernel`` / ``gemm_gate_kernel`` (other shapes): the same products on SIMT: bf16
+  operands read as 32-bit words and widened exactly to fp32 into shared memory (K-major tiles, rows
+  padded by one word), 256 threads each with a 4 x 8 fp32 accumulator updated by FMAs.
+``_TENSOR_CORES = False`` routes every shape through the SIMT kernels.
 """
 
 import cutlass
@@ -31,9 +35,11 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 WORKLOAD = dict(tokens=65536, hidden=2048, experts=128, top_k=8)
 BM, BN, BK = 64, 128, 32  # rows per tile, columns per CTA, K step
 KCHUNK = 2048  # tokens per split-K chunk of grad_gate
+TBM, TBN, TBK = 64, 128, 32  # tensor-core tiles: rows, columns, K step
 _THREADS = 256
 _ROUTE_WARPS = 4
 _COMPILED = {}
+_TENSOR_CORES = True  # False: the SIMT kernels for every shape
 
 
 def _lo(word):
@@ -211,6 +217,136 @@ def gemm_gate_kernel(at_words: cute.Tensor, b_words: cute.Tensor, part: cute.Ten
                     part[s, m, n0 + tx + 16 * jj] = acc[ii, jj]
 
 
+def _mma_parts():
+    """The 8-warp (4 x 2) bf16 mma.sync tiling of a 64 x 128 tile and its shared-to-register copies."""
+    tiled_mma = cute.make_tiled_mma(
+        cute.nvgpu.warp.MmaF16BF16Op(cutlass.BFloat16, cutlass.Float32, (16, 8, 16)),
+        cute.make_layout((4, 2, 1)), permutation_mnk=(64, 32, 16))
+    ldsm = cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(False, 4), cutlass.BFloat16)
+    ldsm_t = cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(True, 4), cutlass.BFloat16)
+    return tiled_mma, ldsm, ldsm_t
+
+
+def _g2s(rows, cols):
+    """16-byte cp.async copies of a (rows, cols) bf16 tile, 8 contiguous values per thread and pass."""
+    atom = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(cache_mode=cute.nvgpu.LoadCacheMode.GLOBAL),
+                               cutlass.BFloat16, num_bits_per_copy=128)
+    return cute.make_tiled_copy_tv(atom, cute.make_layout((_THREADS // (cols // 8), cols // 8), stride=(cols // 8, 1)),
+                                   cute.make_layout((1, 8)))
+
+
+def _smem_nmajor(smem, rows, cols):
+    """Two stages of a (rows, cols) bf16 tile, cols contiguous (64-wide swizzled atoms)."""
+    atom = cute.make_layout((8, 64), stride=(64, 1))
+    return smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (rows, cols, 2), (0, 1, 2)), 128,
+                                swizzle=cute.make_swizzle(3, 3, 3))
+
+
+@cute.kernel
+def tc_hidden_kernel(a: cute.Tensor, b: cute.Tensor, out: cute.Tensor):
+    """out = bf16(A B) on the tensor cores, A [M, K] K-major (dL), B [K, N] N-major (W_gate)."""
+    tidx, _, _ = cute.arch.thread_idx()
+    mb, nb, _ = cute.arch.block_idx()
+    k_tiles = cute.size(a, mode=[1]) // TBK
+    smem = cutlass.memory.SmemAllocator()
+    a_atom = cute.make_layout((8, TBK), stride=(TBK, 1))
+    sA = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(a_atom, (TBM, TBK, 2), (0, 1, 2)), 128,
+                              swizzle=cute.make_swizzle(2, 3, 3))
+    sB = _smem_nmajor(smem, TBK, TBN)
+    sBt = cute.composition(sB, cute.make_layout((TBN, TBK, 2), stride=(TBK, 1, TBN * TBK)))  # (n, k, stage)
+    g2s_a = _g2s(TBM, TBK)
+    g2s_b = _g2s(TBK, TBN)
+    tAgA = g2s_a.get_slice(tidx).partition_S(cute.local_tile(a, (TBM, TBK), (mb, None)))
+    tAsA = g2s_a.get_slice(tidx).partition_D(sA)
+    tBgB = g2s_b.get_slice(tidx).partition_S(cute.local_tile(b, (TBK, TBN), (None, nb)))
+    tBsB = g2s_b.get_slice(tidx).partition_D(sB)
+    tiled_mma, ldsm, ldsm_t = _mma_parts()
+    thr_mma = tiled_mma.get_slice(tidx)
+    tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA)[None, None, None, 0])
+    tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sBt)[None, None, None, 0])
+    acc = cute.make_rmem_tensor(thr_mma.partition_shape_C((TBM, TBN)), cutlass.Float32)
+    acc.fill(0.0)
+    s2r_a = cute.make_tiled_copy_A(ldsm, tiled_mma).get_slice(tidx)
+    s2r_b = cute.make_tiled_copy_B(ldsm_t, tiled_mma).get_slice(tidx)
+    tXsA = s2r_a.partition_S(sA)
+    tXrA = s2r_a.retile(tCrA)
+    tXsB = s2r_b.partition_S(sBt)
+    tXrB = s2r_b.retile(tCrB)
+    cp_a = cute.make_tiled_copy_A(ldsm, tiled_mma)
+    cp_b = cute.make_tiled_copy_B(ldsm_t, tiled_mma)
+
+    cute.copy(g2s_a, tAgA[None, None, None, 0], tAsA[None, None, None, 0])
+    cute.copy(g2s_b, tBgB[None, None, None, 0], tBsB[None, None, None, 0])
+    cute.arch.cp_async_commit_group()
+    for kt in range(k_tiles):
+        if kt + 1 < k_tiles:  # prefetch the next K tile into the other stage
+            cute.copy(g2s_a, tAgA[None, None, None, kt + 1], tAsA[None, None, None, (kt + 1) % 2])
+            cute.copy(g2s_b, tBgB[None, None, None, kt + 1], tBsB[None, None, None, (kt + 1) % 2])
+        cute.arch.cp_async_commit_group()
+        cute.arch.cp_async_wait_group(1)
+        cute.arch.sync_threads()
+        for kk in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
+            cute.copy(cp_a, tXsA[None, None, kk, kt % 2], tXrA[None, None, kk])
+            cute.copy(cp_b, tXsB[None, None, kk, kt % 2], tXrB[None, None, kk])
+            cute.gemm(tiled_mma, acc, tCrA[None, None, kk], tCrB[None, None, kk], acc)
+        cute.arch.sync_threads()
+    tCcC = thr_mma.partition_C(cute.make_identity_tensor((TBM, TBN)))
+    for i in cutlass.range_constexpr(cute.size(acc)):
+        out[mb * TBM + tCcC[i][0], nb * TBN + tCcC[i][1]] = acc[i].to(cutlass.BFloat16)
+
+
+@cute.kernel
+def tc_gate_kernel(at: cute.Tensor, b: cute.Tensor, part: cute.Tensor):
+    """part[s] = A B over K chunk s on the tensor cores, A given transposed [K, M] (dL), B [K, N] (X)."""
+    tidx, _, _ = cute.arch.thread_idx()
+    mb, nb, s = cute.arch.block_idx()
+    k_tiles = cute.size(at, mode=[0]) // TBK
+    kt0 = s * (KCHUNK // TBK)
+    kt1 = cutlass.min(kt0 + KCHUNK // TBK, k_tiles)
+    smem = cutlass.memory.SmemAllocator()
+    sA = _smem_nmajor(smem, TBK, TBM)  # (k, m, stage), m contiguous
+    sB = _smem_nmajor(smem, TBK, TBN)
+    sAt = cute.composition(sA, cute.make_layout((TBM, TBK, 2), stride=(TBK, 1, TBM * TBK)))  # (m, k, stage)
+    sBt = cute.composition(sB, cute.make_layout((TBN, TBK, 2), stride=(TBK, 1, TBN * TBK)))  # (n, k, stage)
+    g2s_a = _g2s(TBK, TBM)
+    g2s_b = _g2s(TBK, TBN)
+    tAgA = g2s_a.get_slice(tidx).partition_S(cute.local_tile(at, (TBK, TBM), (None, mb)))
+    tAsA = g2s_a.get_slice(tidx).partition_D(sA)
+    tBgB = g2s_b.get_slice(tidx).partition_S(cute.local_tile(b, (TBK, TBN), (None, nb)))
+    tBsB = g2s_b.get_slice(tidx).partition_D(sB)
+    tiled_mma, _, ldsm_t = _mma_parts()
+    thr_mma = tiled_mma.get_slice(tidx)
+    tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sAt)[None, None, None, 0])
+    tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sBt)[None, None, None, 0])
+    acc = cute.make_rmem_tensor(thr_mma.partition_shape_C((TBM, TBN)), cutlass.Float32)
+    acc.fill(0.0)
+    cp_a = cute.make_tiled_copy_A(ldsm_t, tiled_mma)
+    cp_b = cute.make_tiled_copy_B(ldsm_t, tiled_mma)
+    tXsA = cp_a.get_slice(tidx).partition_S(sAt)
+    tXrA = cp_a.get_slice(tidx).retile(tCrA)
+    tXsB = cp_b.get_slice(tidx).partition_S(sBt)
+    tXrB = cp_b.get_slice(tidx).retile(tCrB)
+
+    cute.copy(g2s_a, tAgA[None, None, None, kt0], tAsA[None, None, None, 0])
+    cute.copy(g2s_b, tBgB[None, None, None, kt0], tBsB[None, None, None, 0])
+    cute.arch.cp_async_commit_group()
+    for kt in range(kt0, kt1):
+        if kt + 1 < kt1:  # prefetch the next K tile into the other stage
+            cute.copy(g2s_a, tAgA[None, None, None, kt + 1], tAsA[None, None, None, (kt + 1 - kt0) % 2])
+            cute.copy(g2s_b, tBgB[None, None, None, kt + 1], tBsB[None, None, None, (kt + 1 - kt0) % 2])
+        cute.arch.cp_async_commit_group()
+        cute.arch.cp_async_wait_group(1)
+        cute.arch.sync_threads()
+        for kk in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
+            cute.copy(cp_a, tXsA[None, None, kk, (kt - kt0) % 2], tXrA[None, None, kk])
+            cute.copy(cp_b, tXsB[None, None, kk, (kt - kt0) % 2], tXrB[None, None, kk])
+            cute.gemm(tiled_mma, acc, tCrA[None, None, kk], tCrB[None, None, kk], acc)
+        cute.arch.sync_threads()
+    tCcC = thr_mma.partition_C(cute.make_identity_tensor((TBM, TBN)))
+    for i in cutlass.range_constexpr(cute.size(acc)):
+        part[s, mb * TBM + tCcC[i][0], nb * TBN + tCcC[i][1]] = acc[i]
+
+
 @cute.kernel
 def reduce_gate_kernel(part: cute.Tensor, out: cute.Tensor):
     """out[m, n] = bf16(sum_s part[s, m, n]), s ascending."""
@@ -250,6 +386,20 @@ def gemm_gate(at_words: cute.Tensor, b_words: cute.Tensor, part: cute.Tensor, st
 
 
 @cute.jit
+def tc_hidden(a: cute.Tensor, b: cute.Tensor, out: cute.Tensor, stream: cuda.CUstream):
+    tc_hidden_kernel(a, b, out).launch(
+        grid=[cute.size(out, mode=[0]) // TBM, cute.size(out, mode=[1]) // TBN, 1], block=[_THREADS, 1, 1],
+        stream=stream)
+
+
+@cute.jit
+def tc_gate(at: cute.Tensor, b: cute.Tensor, part: cute.Tensor, stream: cuda.CUstream):
+    tc_gate_kernel(at, b, part).launch(
+        grid=[cute.size(part, mode=[1]) // TBM, cute.size(part, mode=[2]) // TBN, cute.size(part, mode=[0])],
+        block=[_THREADS, 1, 1], stream=stream)
+
+
+@cute.jit
 def reduce_gate(part: cute.Tensor, out: cute.Tensor, stream: cuda.CUstream):
     reduce_gate_kernel(part, out).launch(
         grid=[(cute.size(out, mode=[1]) + _THREADS - 1) // _THREADS, cute.size(out, mode=[0]), 1],
@@ -270,6 +420,17 @@ def _fake(dtype, shape):
     return make_fake_compact_tensor(dtype, shape, stride_order=order, assumed_align=4)
 
 
+def _fake16(dtype, shape):
+    order = tuple(range(len(shape) - 1, -1, -1))
+    return make_fake_compact_tensor(dtype, shape, stride_order=order, assumed_align=16)
+
+
+def _use_tensor_cores(tokens, hidden, experts):
+    """The tensor-core kernels need whole tiles: tokens of 64 (and 32-token K steps), experts of 64 (and 32-wide
+    K steps), hidden of 128."""
+    return _TENSOR_CORES and tokens % TBM == 0 and experts % TBM == 0 and hidden % TBN == 0
+
+
 def _chunks(tokens):
     return max(1, (tokens + KCHUNK - 1) // KCHUNK)
 
@@ -288,11 +449,17 @@ def _compile(kind, tokens, hidden, experts, top_k, arch=None, ptx_dir=None):
     if kind == "gate":
         return cute.compile(gemm_gate, _fake(i32, (tokens, experts // 2)), _fake(i32, (tokens, hidden // 2)),
                             _fake(f32, (_chunks(tokens), experts, hidden)), make_fake_stream(), options=opts)
+    if kind == "tc_hidden":
+        return cute.compile(tc_hidden, _fake16(bf16, (tokens, experts)), _fake16(bf16, (experts, hidden)),
+                            _fake(bf16, (tokens, hidden)), make_fake_stream(), options=opts)
+    if kind == "tc_gate":
+        return cute.compile(tc_gate, _fake16(bf16, (tokens, experts)), _fake16(bf16, (tokens, hidden)),
+                            _fake(f32, (_chunks(tokens), experts, hidden)), make_fake_stream(), options=opts)
     return cute.compile(reduce_gate, _fake(f32, (_chunks(tokens), experts, hidden)), _fake(bf16, (experts, hidden)),
                         make_fake_stream(), options=opts)
 
 
-_KINDS = ("router", "hidden", "gate", "reduce")
+_KINDS = ("router", "tc_hidden", "tc_gate", "reduce", "hidden", "gate")
 
 
 def _fn(kind, shape):
@@ -321,9 +488,13 @@ def solve(hidden_states, gate_weight, routing_probs, selected_experts, routing_w
                          grad_routing_weights.contiguous(), grad_expert_mask.contiguous(),
                          grad_router_logits.contiguous(), d_logits, stream)
     grad_hidden = torch.empty(tokens, hidden, dtype=bf16, device=device)
-    _fn("hidden", shape)(_words(d_logits), _words(gate_weight), grad_hidden, stream)
     part = torch.empty(_chunks(tokens), experts, hidden, dtype=torch.float32, device=device)
-    _fn("gate", shape)(_words(d_logits), _words(hidden_states), part, stream)
+    if _use_tensor_cores(tokens, hidden, experts):
+        _fn("tc_hidden", shape)(d_logits, gate_weight.contiguous(), grad_hidden, stream)
+        _fn("tc_gate", shape)(d_logits, hidden_states.contiguous(), part, stream)
+    else:
+        _fn("hidden", shape)(_words(d_logits), _words(gate_weight), grad_hidden, stream)
+        _fn("gate", shape)(_words(d_logits), _words(hidden_states), part, stream)
     grad_gate = torch.empty(experts, hidden, dtype=bf16, device=device)
     _fn("reduce", shape)(part, grad_gate, stream)
     return grad_hidden, grad_gate

@@ -9,10 +9,14 @@ STEM = "46_router_dispatch_backward_qwen3_coder_30b_bf16"
 
 def test_cutedsl_compiles(tmp_path):
     ptx = check_cutedsl_compiles(
-        STEM, ["router_bwd_kernel", "gemm_hidden_kernel", "gemm_gate_kernel", "reduce_gate_kernel"],
-        ["shfl.sync.bfly.b32", "shfl.sync.idx.b32", "div.rn.f32", "bar.sync", "fma.rn.f32", "cvt.rn.bf16.f32"],
+        STEM, ["router_bwd_kernel", "tc_hidden_kernel", "tc_gate_kernel", "reduce_gate_kernel", "gemm_hidden_kernel",
+               "gemm_gate_kernel"],
+        ["shfl.sync.bfly.b32", "shfl.sync.idx.b32", "div.rn.f32", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+         "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cp.async.cg.shared.global", "bar.sync", "fma.rn.f32",
+         "cvt.rn.bf16.f32"],
         tmp_path)
-    assert ptx.count("fma.rn.f32") >= 2 * 32 * 32  # both GEMMs' inner K step fully unrolled
+    assert ptx.count("mma.sync.aligned") >= 2 * 16  # both tensor-core GEMMs' K steps unrolled
+    assert ptx.count("fma.rn.f32") >= 2 * 32 * 32  # the SIMT GEMMs' inner K step fully unrolled
 
 
 def test_tirx_sources():
