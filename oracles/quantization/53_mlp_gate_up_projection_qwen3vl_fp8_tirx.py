@@ -1,21 +1,25 @@
 """TIRx oracle for problem 53: FP8 gate/up projection with SiLU gating on pre-quantised operands (Qwen3-VL).
 
-One TIRx kernel, ``mkb_fp8_gate_up_gemm``: a shared-memory tiled SIMT GEMM with fp32 accumulation
-over the row-interleaved weight W' (row 2j = gate row j, row 2j + 1 = up row j), built on the fly
-from the two e4m3 weights. TIRx 0.27 has no WGMMA tile primitive for sm_90, so the GEMM runs on
-the CUDA cores, slower than a tensor-core GEMM (and slower than the eager reference's fp32 GEMMs).
+One TIRx kernel, ``mkb_fp8_gate_up_gemm``, a tensor-core GEMM over the row-interleaved weight W'
+(row 2j = gate row j, row 2j + 1 = up row j), built on the fly from the two e4m3 weights: warp-level
+``mma.sync`` m16n8k16 (bf16 operands, fp32 accumulation) issued through TIRx's PTX intrinsic with
+hand-written fragment maps (TIRx 0.27 has no WGMMA path for sm_90).
 
-A 256-thread CTA computes a 128-row x 128-column tile of x @ W'^T, i.e. 64 output columns; K
-advances in slices of 16. Each thread loads 8 e4m3 bytes of x and 8 of its W' row (from the gate
-or the up weight by the row's parity) per slice (the next slice's loads are issued before the
-current one is computed), decodes them exactly from their bit fields and multiplies them by their
-fp32 block scales while storing them K-major into shared memory: these are exactly the
-reference's dequantised fp32 operands (q * scale, one rounding), so only the summation order
-differs from the reference's fp32 GEMMs. Rows past the token count load zeros and are not
-stored. Each thread accumulates an 8 x 8 block of W' columns, which are (gate, up) pairs of four
-output columns, and writes bf16(silu(gate) * up) with silu(g) = g / (1 + exp(-g)) in fp32. NVRTC
-builds TIRx kernels with --use_fast_math, so exp and the division are the precise forms below
-(a range-reduced polynomial exp and a Newton-corrected quotient).
+A 256-thread CTA (4 x 2 warps, each 32 x 64) computes a 128-row x 128-column tile of x @ W'^T,
+i.e. 64 output columns; K advances in slices of 32 through two shared-memory stages (rows padded
+to 20 words so the 32-bit fragment reads are conflict-free). Each thread loads 16 e4m3 bytes of x
+and 16 of its W' row (from the gate or the up weight by the row's parity) per slice with one
+16-byte load each (the next slice's loads are issued before the current slice is multiplied),
+decodes them exactly from their bit fields and stores them as bf16 pairs (every e4m3 value is a
+bf16 value). Every product of two e4m3 values is exact in fp32, so the raw sums of one 128-wide K
+block are accumulated in separate fp32 registers, then multiplied by the row's x scale times the
+gate block scale (even W' columns) or the up block scale (odd columns) and added to the fp32
+accumulator: the reference's dequantised fp32 GEMMs up to summation order. Rows past the token
+count load zeros and are not stored. An m16n8 accumulator holds W' columns (2t, 2t + 1) of a row in
+one thread, which are gate and up of one output column j, so each thread writes
+bf16(silu(gate) * up) with silu(g) = g / (1 + exp(-g)) in fp32. NVRTC builds TIRx kernels with
+--use_fast_math, so exp and the division are the precise forms below (a range-reduced polynomial
+exp and a Newton-corrected quotient).
 """
 
 import torch
@@ -25,7 +29,9 @@ from tvm.script import tirx as T
 QBLOCK = 128
 BM = 128
 BN = 128  # W' columns per CTA (64 output columns)
-BK = 16
+BK = 32  # K slice (bytes of e4m3 per row)
+PADW = 20  # shared-memory row stride in 32-bit words (16 + 4 keeps the fragment reads conflict-free)
+MMA = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 THREADS = 256
 _EXES: dict = {}
 _FNS: dict = {}
@@ -107,6 +113,12 @@ def e4m3_to_f32(code):
     return T.if_then_else(exponent == 0, subnormal, normal)
 
 
+def _bf16_pair(lo, hi):
+    """A 32-bit word of two bf16 values given as fp32 values that are bf16-exact (lo in the low half)."""
+    return T.bitwise_or(T.shift_right(T.reinterpret("uint32", lo), T.uint32(16)),
+                        T.bitwise_and(T.reinterpret("uint32", hi), T.uint32(0xFFFF0000)))
+
+
 def _gemm_kernel(m, n, k):
     """OUT[m, j] = bf16(silu(G[m, j]) * U[m, j]) with G = dequant(X) @ dequant(WG)^T and U likewise."""
     k_tiles = k // BK
@@ -128,72 +140,100 @@ def _gemm_kernel(m, n, k):
         T.device_entry()
         cta = T.cta_id([tiles_m * tiles_n])
         tx = T.thread_id([THREADS])
-        a_s = T.alloc_buffer((BK, BM), "float32", scope="shared")
-        b_s = T.alloc_buffer((BK, BN), "float32", scope="shared")
+        a_s = T.alloc_buffer((2, BM, PADW), "uint32", scope="shared")
+        b_s = T.alloc_buffer((2, BN, PADW), "uint32", scope="shared")
         acc = T.alloc_buffer((64,), "float32", scope="local")
-        af = T.alloc_buffer((8,), "float32", scope="local")
-        bf = T.alloc_buffer((8,), "float32", scope="local")
-        ra = T.alloc_buffer((8,), "uint8", scope="local")
-        rb = T.alloc_buffer((8,), "uint8", scope="local")
+        part = T.alloc_buffer((64,), "float32", scope="local")
+        af = T.alloc_buffer((8,), "uint32", scope="local")
+        bfr = T.alloc_buffer((16,), "uint32", scope="local")
+        ra = T.alloc_buffer((16,), "uint8", scope="local")
+        rb = T.alloc_buffer((16,), "uint8", scope="local")
+        sc = T.alloc_buffer((8,), "float32", scope="local")
         row0: T.let = (cta // tiles_n) * BM
         bn: T.let = cta % tiles_n
-        ty: T.let = tx // 16
-        tc: T.let = tx % 16
+        warp: T.let = tx // 32
+        lane: T.let = tx % 32
+        g: T.let = lane // 4
+        t: T.let = lane % 4
+        wm: T.let = (warp % 4) * 32
+        wn: T.let = (warp // 4) * 64
         lrow: T.let = tx // 2
-        lk: T.let = (tx % 2) * 8
+        lk: T.let = (tx % 2) * 16
         arow: T.let = row0 + lrow
         wrow: T.let = bn * (BN // 2) + lrow // 2  # gate row (even lrow) or up row (odd lrow)
         for i in T.unroll(64):
             acc[i] = T.float32(0.0)
-        for j in T.unroll(8):
+            part[i] = T.float32(0.0)
+        for j in T.unroll(16):
             ra[j] = T.uint8(0)
         if arow < m:
-            for j in T.vectorized(8):
+            for j in T.vectorized(16):
                 ra[j] = X[arow, lk + j]
         if lrow % 2 == 0:
-            for j in T.vectorized(8):
+            for j in T.vectorized(16):
                 rb[j] = WG[wrow, lk + j]
         else:
-            for j in T.vectorized(8):
+            for j in T.vectorized(16):
                 rb[j] = WU[wrow, lk + j]
+        for j in T.unroll(8):
+            a_s[0, lrow, lk // 2 + j] = _bf16_pair(e4m3_to_f32(T.Cast("int32", ra[2 * j])),
+                                                   e4m3_to_f32(T.Cast("int32", ra[2 * j + 1])))
+            b_s[0, lrow, lk // 2 + j] = _bf16_pair(e4m3_to_f32(T.Cast("int32", rb[2 * j])),
+                                                   e4m3_to_f32(T.Cast("int32", rb[2 * j + 1])))
+        T.cuda.cta_sync()
         for kt in range(k_tiles):
-            kb: T.let = kt // per_block
-            sa: T.let = T.if_then_else(arow < m, SX[T.min(arow, m - 1), kb], T.float32(0.0))
-            sb: T.let = T.if_then_else(lrow % 2 == 0, SG[bn // 2, kb], SU[bn // 2, kb])
-            for j in T.unroll(8):
-                a_s[lk + j, lrow] = e4m3_to_f32(T.Cast("int32", ra[j])) * sa
-                b_s[lk + j, lrow] = e4m3_to_f32(T.Cast("int32", rb[j])) * sb
-            T.cuda.cta_sync()
-            if kt + 1 < k_tiles:  # next slice's loads fly while this slice is computed
+            st: T.let = kt % 2
+            if kt + 1 < k_tiles:  # the next slice's loads fly while this one is multiplied
                 if arow < m:
-                    for j in T.vectorized(8):
+                    for j in T.vectorized(16):
                         ra[j] = X[arow, (kt + 1) * BK + lk + j]
                 if lrow % 2 == 0:
-                    for j in T.vectorized(8):
+                    for j in T.vectorized(16):
                         rb[j] = WG[wrow, (kt + 1) * BK + lk + j]
                 else:
-                    for j in T.vectorized(8):
+                    for j in T.vectorized(16):
                         rb[j] = WU[wrow, (kt + 1) * BK + lk + j]
-            for kk in T.unroll(BK):
-                for i in T.vectorized(4):
-                    af[i] = a_s[kk, ty * 4 + i]
-                for i in T.vectorized(4):
-                    af[4 + i] = a_s[kk, 64 + ty * 4 + i]
-                for j in T.vectorized(4):
-                    bf[j] = b_s[kk, tc * 4 + j]
-                for j in T.vectorized(4):
-                    bf[4 + j] = b_s[kk, 64 + tc * 4 + j]
-                for i in T.unroll(8):
-                    for j in T.unroll(8):
-                        acc[i * 8 + j] = acc[i * 8 + j] + af[i] * bf[j]
+            for ks in T.unroll(2):
+                # fragments: a(mi) = rows g / g + 8 x words t / t + 4 of the warp's 16-row tile mi; b(ni) = row g
+                for mi in T.unroll(2):
+                    for h in T.unroll(2):
+                        for q in T.unroll(2):
+                            af[mi * 4 + q * 2 + h] = a_s[st, wm + mi * 16 + h * 8 + g, ks * 8 + q * 4 + t]
+                for ni in T.unroll(8):
+                    for q in T.unroll(2):
+                        bfr[ni * 2 + q] = b_s[st, wn + ni * 8 + g, ks * 8 + q * 4 + t]
+                for mi in T.unroll(2):
+                    for ni in T.unroll(8):
+                        T.ptx[MMA](part[mi * 32 + ni * 4], part[mi * 32 + ni * 4 + 1], part[mi * 32 + ni * 4 + 2],
+                                   part[mi * 32 + ni * 4 + 3], af[mi * 4], af[mi * 4 + 1], af[mi * 4 + 2],
+                                   af[mi * 4 + 3], bfr[ni * 2], bfr[ni * 2 + 1], part[mi * 32 + ni * 4],
+                                   part[mi * 32 + ni * 4 + 1], part[mi * 32 + ni * 4 + 2], part[mi * 32 + ni * 4 + 3])
+            if kt % per_block == per_block - 1:  # end of a 128-wide K block: scale the raw sums and fold them in
+                for mi in T.unroll(2):
+                    for h in T.unroll(2):
+                        sx: T.let = SX[T.min(row0 + wm + mi * 16 + h * 8 + g, m - 1), kt // per_block]
+                        sc[mi * 4 + h * 2] = sx * SG[bn // 2, kt // per_block]  # even W' columns: gate
+                        sc[mi * 4 + h * 2 + 1] = sx * SU[bn // 2, kt // per_block]  # odd W' columns: up
+                for mi in T.unroll(2):
+                    for ni in T.unroll(8):
+                        for r in T.unroll(4):
+                            acc[mi * 32 + ni * 4 + r] = acc[mi * 32 + ni * 4 + r] + part[mi * 32 + ni * 4 + r] * sc[
+                                mi * 4 + r]
+                            part[mi * 32 + ni * 4 + r] = T.float32(0.0)
+            if kt + 1 < k_tiles:  # the other stage was last read before the previous barrier
+                for j in T.unroll(8):
+                    a_s[1 - st, lrow, lk // 2 + j] = _bf16_pair(e4m3_to_f32(T.Cast("int32", ra[2 * j])),
+                                                                e4m3_to_f32(T.Cast("int32", ra[2 * j + 1])))
+                    b_s[1 - st, lrow, lk // 2 + j] = _bf16_pair(e4m3_to_f32(T.Cast("int32", rb[2 * j])),
+                                                                e4m3_to_f32(T.Cast("int32", rb[2 * j + 1])))
             T.cuda.cta_sync()
-        for i in T.unroll(8):
-            orow: T.let = row0 + (i // 4) * 64 + ty * 4 + i % 4
-            if orow < m:
-                for jh in T.unroll(2):
-                    for p in T.unroll(2):
-                        OUT[orow, bn * (BN // 2) + jh * 32 + tc * 2 + p] = T.bfloat16(
-                            silu_precise(acc[i * 8 + jh * 4 + 2 * p]) * acc[i * 8 + jh * 4 + 2 * p + 1])
+        for mi in T.unroll(2):
+            for h in T.unroll(2):
+                orow: T.let = row0 + wm + mi * 16 + h * 8 + g
+                if orow < m:
+                    for ni in T.unroll(8):  # accumulators 2h, 2h + 1: W' columns 2t, 2t + 1 = (gate, up) of one j
+                        OUT[orow, bn * (BN // 2) + wn // 2 + ni * 4 + t] = T.bfloat16(
+                            silu_precise(acc[mi * 32 + ni * 4 + 2 * h]) * acc[mi * 32 + ni * 4 + 2 * h + 1])
 
     return mkb_fp8_gate_up_gemm
 

@@ -19,8 +19,8 @@ def test_cutedsl_compiles(tmp_path):
 def test_tirx_sources():
     check_tirx_sources(
         STEM, ["mkb_fp8_gate_up_gemm_kernel"],
-        ["tvm_builtin_cuda_cta_sync();", "__shared__ alignas(64) float a_s_ptr[2048]", "*(uint2*)(rb_ptr + 0)",
-         "float sa = SX_ptr["])
+        ["tvm_builtin_cuda_cta_sync();", "__shared__ alignas(64) uint a_s_ptr[5120]", "*(uint4*)(rb_ptr + 0)",
+         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"])
 
 
 @pytest.mark.slow
