@@ -1,7 +1,7 @@
 """TIRx oracle for problem 46: backward of the MoE router (softmax -> top-k -> renormalise ->
 linear), bf16 I/O.
 
-Four TIRx kernels; torch only allocates.
+TIRx kernels do all the math; torch only allocates.
 
 - ``mkb_router_bwd``, one warp per token. Lane j < k owns selection slot j: chosen = P[t, e_j],
   the renormalisation backward d_unnorm = dW_j / S - (sum_j (dW_j chosen_j) / S) / S (the sum by a
@@ -19,7 +19,18 @@ Four TIRx kernels; torch only allocates.
   a CTA owns 64 experts x 128 columns of one chunk, with the same staging (dL's [T, E] layout is
   read directly as the transposed operand) and accumulator, and stores an fp32 partial sum.
 - ``mkb_reduce_gate``: sums the partials in chunk order and rounds to bf16.
-TIRx 0.27 has no WGMMA path on sm_90: the GEMMs are SIMT fp32 FMAs.
+- ``mkb_tc_hidden`` / ``mkb_tc_gate`` (whole tiles: tokens and experts multiples of 64, hidden of
+  128) replace the two SIMT GEMMs: the same 64 x 128 tiles (and 2048-token chunks) on the tensor
+  cores through the warp-level ``mma.sync.m16n8k16`` (bf16 operands, fp32 accumulation) issued as a
+  TIRx PTX intrinsic with the fragments placed by hand; 8 warps (2 x 4, each 32 x 32), K in slices
+  of 32 with the next slice's global loads in flight. K-major dL rows go to shared rows of 16 words
+  padded to 20; token-major operands (W_gate, X, and dL as the transposed A of grad_gate) are read
+  as 32-bit words (two columns) from K rows 2p and 2p + 1 and repacked into (K 2p, K 2p + 1) words
+  per column, the fragment layout. A lane (g = lane / 4, t = lane % 4) reads A words (row g | g + 8,
+  k-word t | t + 4) and B words (column g, k-word t | t + 4); its accumulators are rows g | g + 8,
+  columns 2t, 2t + 1 of each 16 x 8 tile.
+TIRx 0.27 has no WGMMA path on sm_90, so the tensor-core kernels use the Ampere-style mma.sync.
+``_TENSOR_CORES = False`` routes every shape through the SIMT kernels.
 """
 
 import torch
@@ -34,6 +45,10 @@ THREADS = 256
 ROUTE_WARPS = 4
 A_STRIDE = BM + 1  # shared tiles are K-major, padded by one word
 B_STRIDE = BN + 1
+TBM, TBN, TBK = 64, 128, 32  # tensor-core tiles: rows, columns, K step
+PAD = TBK // 2 + 4  # 32-bit words per shared-memory row of the tensor-core tiles: 16 of data, 4 of padding
+MMA = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+_TENSOR_CORES = True  # False: the SIMT kernels for every shape
 _EXES: dict = {}
 _FNS: dict = {}
 _ARCHS: dict = {}
@@ -261,6 +276,137 @@ def _gemm_gate_kernel(hidden, experts):
     return mkb_gemm_gate
 
 
+def _pack_lo(w0, w1):
+    """The 32-bit word (low bf16 of w0, low bf16 of w1): a K pair of one column."""
+    return T.Cast("uint32", T.bitwise_or(T.bitwise_and(w0, T.int32(0xFFFF)), T.shift_left(w1, 16)))
+
+
+def _pack_hi(w0, w1):
+    """The 32-bit word (high bf16 of w0, high bf16 of w1): a K pair of the next column."""
+    return T.Cast("uint32", T.bitwise_or(T.bitwise_and(T.shift_right(w0, 16), T.int32(0xFFFF)),
+                                         T.bitwise_and(w1, T.int32(-65536))))
+
+
+def _tc_kernel(hidden, experts, gate):
+    """Tensor-core GEMMs of the router backward on 64 x 128 tiles (8 warps, 2 x 4, each 32 x 32).
+
+    gate=False: grad_hidden = bf16(dL W), dL [T, E] bf16 (K-major A), W [E, H] as bf16-pair words.
+    gate=True: part[s] = dL^T X over token chunk s, dL [T, E] and X [T, H] both as bf16-pair words.
+    """
+    k_static = experts  # K of grad_hidden
+
+    @T.prim_func
+    def tc_gemm(a_h: T.handle, b_h: T.handle, out_h: T.handle):
+        tokens = T.int32()
+        chunks = T.int32()
+        if gate:
+            a_w = T.match_buffer(a_h, (tokens, experts // 2), "int32")
+            b_w = T.match_buffer(b_h, (tokens, hidden // 2), "int32")
+            out = T.match_buffer(out_h, (chunks, experts, hidden), "float32")
+        else:
+            a_b = T.match_buffer(a_h, (tokens, experts), "bfloat16")
+            b_w = T.match_buffer(b_h, (experts, hidden // 2), "int32")
+            out = T.match_buffer(out_h, (tokens, hidden), "bfloat16")
+        T.device_entry()
+        if gate:
+            mb, nb, s = T.cta_id([experts // TBM, hidden // TBN, chunks])
+        else:
+            mb, nb = T.cta_id([tokens // TBM, hidden // TBN])
+        tx = T.thread_id([THREADS])
+        a_s = T.alloc_buffer((TBM, PAD), "uint32", scope="shared")
+        b_s = T.alloc_buffer((TBN, PAD), "uint32", scope="shared")
+        acc = T.alloc_buffer((32,), "float32", scope="local")
+        af = T.alloc_buffer((8,), "uint32", scope="local")
+        bfr = T.alloc_buffer((2,), "uint32", scope="local")
+        ra = T.alloc_buffer((8,), "bfloat16", scope="local")
+        ra_w = T.decl_buffer((4,), "uint32", data=ra.data, scope="local")
+        rat = T.alloc_buffer((4,), "int32", scope="local")  # gate: [K row parity][2 words]
+        rb = T.alloc_buffer((8,), "int32", scope="local")  # [K row parity][4 words]
+        res = T.alloc_buffer((2,), "bfloat16", scope="local")
+        warp: T.let = tx // 32
+        lane: T.let = tx % 32
+        g: T.let = lane // 4
+        t: T.let = lane % 4
+        wr: T.let = (warp // 4) * 32
+        wc: T.let = (warp % 4) * 32
+        kp: T.let = tx % 16  # staging: K rows 2 kp, 2 kp + 1 of the slice
+        cc: T.let = tx // 16  # staging: B columns 8 cc .. 8 cc + 7 (gate: A rows 4 cc .. 4 cc + 3)
+        m0: T.let = mb * TBM
+        n0: T.let = nb * TBN
+        if gate:
+            kt0: T.let = s * (KCHUNK // TBK)
+            kt1: T.let = T.min(kt0 + KCHUNK // TBK, tokens // TBK)
+        else:
+            kt0: T.let = 0
+            kt1: T.let = k_static // TBK
+        for i in T.unroll(32):
+            acc[i] = T.float32(0.0)
+        if gate:
+            for par in T.unroll(2):
+                for e in T.vectorized(2):
+                    rat[par * 2 + e] = a_w[kt0 * TBK + kp * 2 + par, m0 // 2 + cc * 2 + e]
+        else:
+            for e in T.vectorized(8):
+                ra[e] = a_b[m0 + tx // 4, kt0 * TBK + (tx % 4) * 8 + e]
+        for par in T.unroll(2):
+            for e in T.vectorized(4):
+                rb[par * 4 + e] = b_w[kt0 * TBK + kp * 2 + par, n0 // 2 + cc * 4 + e]
+        for kt in range(kt0, kt1):
+            if gate:  # a_s[row, K pair] = (A^T[2 kp, row], A^T[2 kp + 1, row])
+                for e in T.unroll(2):
+                    a_s[cc * 4 + 2 * e, kp] = _pack_lo(rat[e], rat[2 + e])
+                    a_s[cc * 4 + 2 * e + 1, kp] = _pack_hi(rat[e], rat[2 + e])
+            else:
+                for e in T.vectorized(4):
+                    a_s[tx // 4, (tx % 4) * 4 + e] = ra_w[e]
+            for e in T.unroll(4):  # b_s[column, K pair] = (B[2 kp, column], B[2 kp + 1, column])
+                b_s[cc * 8 + 2 * e, kp] = _pack_lo(rb[e], rb[4 + e])
+                b_s[cc * 8 + 2 * e + 1, kp] = _pack_hi(rb[e], rb[4 + e])
+            T.cuda.cta_sync()
+            if kt + 1 < kt1:  # the next slice's loads fly while this one is computed
+                if gate:
+                    for par in T.unroll(2):
+                        for e in T.vectorized(2):
+                            rat[par * 2 + e] = a_w[(kt + 1) * TBK + kp * 2 + par, m0 // 2 + cc * 2 + e]
+                else:
+                    for e in T.vectorized(8):
+                        ra[e] = a_b[m0 + tx // 4, (kt + 1) * TBK + (tx % 4) * 8 + e]
+                for par in T.unroll(2):
+                    for e in T.vectorized(4):
+                        rb[par * 4 + e] = b_w[(kt + 1) * TBK + kp * 2 + par, n0 // 2 + cc * 4 + e]
+            for ks in T.unroll(2):
+                for mt in T.unroll(2):
+                    af[mt * 4 + 0] = a_s[wr + mt * 16 + g, ks * 8 + t]
+                    af[mt * 4 + 1] = a_s[wr + mt * 16 + g + 8, ks * 8 + t]
+                    af[mt * 4 + 2] = a_s[wr + mt * 16 + g, ks * 8 + t + 4]
+                    af[mt * 4 + 3] = a_s[wr + mt * 16 + g + 8, ks * 8 + t + 4]
+                for nt in T.unroll(4):
+                    bfr[0] = b_s[wc + nt * 8 + g, ks * 8 + t]
+                    bfr[1] = b_s[wc + nt * 8 + g, ks * 8 + t + 4]
+                    for mt in T.unroll(2):
+                        T.ptx[MMA](acc[(mt * 4 + nt) * 4 + 0], acc[(mt * 4 + nt) * 4 + 1],
+                                   acc[(mt * 4 + nt) * 4 + 2], acc[(mt * 4 + nt) * 4 + 3],
+                                   af[mt * 4 + 0], af[mt * 4 + 1], af[mt * 4 + 2], af[mt * 4 + 3], bfr[0], bfr[1],
+                                   acc[(mt * 4 + nt) * 4 + 0], acc[(mt * 4 + nt) * 4 + 1],
+                                   acc[(mt * 4 + nt) * 4 + 2], acc[(mt * 4 + nt) * 4 + 3])
+            T.cuda.cta_sync()
+        # accumulator (mt, nt) holds rows g | g + 8, columns 2t, 2t + 1 of its 16 x 8 tile
+        for mt in T.unroll(2):
+            for hr in T.unroll(2):
+                for nt in T.unroll(4):
+                    if gate:
+                        for j in T.unroll(2):
+                            out[s, m0 + wr + mt * 16 + hr * 8 + g, n0 + wc + nt * 8 + t * 2 + j] = (
+                                acc[(mt * 4 + nt) * 4 + hr * 2 + j])
+                    else:
+                        for j in T.unroll(2):
+                            res[j] = T.bfloat16(acc[(mt * 4 + nt) * 4 + hr * 2 + j])
+                        for j in T.vectorized(2):
+                            out[m0 + wr + mt * 16 + hr * 8 + g, n0 + wc + nt * 8 + t * 2 + j] = res[j]
+
+    return tc_gemm.with_attr("global_symbol", "mkb_tc_gate" if gate else "mkb_tc_hidden")
+
+
 def _reduce_kernel(hidden, experts):
     @T.prim_func
     def mkb_reduce_gate(part_h: T.handle, out_h: T.handle):
@@ -280,12 +426,20 @@ def _reduce_kernel(hidden, experts):
     return mkb_reduce_gate
 
 
+def _tc_shapes(hidden, experts):
+    """The tensor-core kernels need whole tiles: experts of 64 (and 32-wide K steps), hidden of 128."""
+    return _TENSOR_CORES and experts % TBM == 0 and hidden % TBN == 0
+
+
 def _build(hidden, experts, top_k, arch):
     """Compile every kernel once per shape and arch; return the tvm Executable."""
     key = (hidden, experts, top_k, arch)
     if key not in _EXES:
         funcs = {"router": _router_kernel(experts, top_k), "hidden": _gemm_hidden_kernel(hidden, experts),
                  "gate": _gemm_gate_kernel(hidden, experts), "reduce": _reduce_kernel(hidden, experts)}
+        if _tc_shapes(hidden, experts):
+            funcs["tc_hidden"] = _tc_kernel(hidden, experts, False)
+            funcs["tc_gate"] = _tc_kernel(hidden, experts, True)
         target = tvm.target.Target({"kind": "cuda", "arch": arch})
         with target:
             _EXES[key] = tvm.compile(tvm.IRModule(funcs), target=target, tir_pipeline="tirx")
@@ -305,7 +459,9 @@ def _kernel_fns(hidden, experts, top_k):
     key = (hidden, experts, top_k, _device_arch())
     if key not in _FNS:
         mod = _build(*key).mod
-        _FNS[key] = tuple(mod[name] for name in ("router", "hidden", "gate", "reduce"))
+        tc = ("tc_hidden", "tc_gate") if _tc_shapes(hidden, experts) else ()
+        names = ("router", "hidden", "gate", "reduce") + tc
+        _FNS[key] = tuple(mod[name] for name in names)
     return _FNS[key]
 
 
@@ -321,15 +477,19 @@ def solve(hidden_states, gate_weight, routing_probs, selected_experts, routing_w
     top_k = selected_experts.shape[1]
     device = hidden_states.device
     bf16 = torch.bfloat16
-    router, gemm_hidden, gemm_gate, reduce_gate = _kernel_fns(hidden, experts, top_k)
+    router, gemm_hidden, gemm_gate, reduce_gate, *tc = _kernel_fns(hidden, experts, top_k)
     d_logits = torch.empty(tokens, experts, dtype=bf16, device=device)
     router(routing_probs.contiguous(), selected_experts.contiguous(), routing_weights_sum.contiguous(),
            grad_routing_weights.contiguous(), grad_expert_mask.contiguous(), grad_router_logits.contiguous(),
            d_logits)
     grad_hidden = torch.empty(tokens, hidden, dtype=bf16, device=device)
-    gemm_hidden(_words(d_logits), _words(gate_weight), grad_hidden)
     part = torch.empty(max(1, (tokens + KCHUNK - 1) // KCHUNK), experts, hidden, dtype=torch.float32, device=device)
-    gemm_gate(_words(d_logits), _words(hidden_states), part)
+    if tc and tokens % TBM == 0:
+        tc[0](d_logits, _words(gate_weight), grad_hidden)
+        tc[1](_words(d_logits), _words(hidden_states), part)
+    else:
+        gemm_hidden(_words(d_logits), _words(gate_weight), grad_hidden)
+        gemm_gate(_words(d_logits), _words(hidden_states), part)
     grad_gate = torch.empty(experts, hidden, dtype=bf16, device=device)
     reduce_gate(part, grad_gate)
     return grad_hidden, grad_gate
