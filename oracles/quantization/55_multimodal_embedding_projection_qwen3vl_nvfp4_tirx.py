@@ -21,16 +21,17 @@ Six TIRx kernels (six launches).
 4. ``mkb_nvfp4_weight_decode``: one thread per 16-element weight block decodes the packed E2M1
    codes (low nibble first) and the e4m3 scale exactly from their bit fields and writes code * s
    as bf16 (exact); padding rows are zeros.
-5. ``mkb_nvfp4_proj_scatter``: the projection as a shared-memory tiled SIMT GEMM with fp32
-   accumulation. TIRx 0.27 has no WGMMA tile primitive for sm_90, so the GEMM runs on the CUDA
-   cores, slower than a tensor-core GEMM. Every product of two decoded (code * s) values is exact
-   in fp32, so the sums are the reference's fp32 GEMM up to summation order; the two global scales
-   are applied once to each sum. A 256-thread CTA computes a 128 x 128 tile; K advances in slices
-   of 16 (the next slice's 16-byte loads are issued before the current one is computed), each
-   operand stored K-major in fp32 in shared memory; each thread accumulates 8 x 8 outputs. The
-   epilogue follows the reference's roundings, bf16(bf16(acc) + bias) (an fp32 sum of two bf16
-   values, rounded once), and stores each vision row straight into its merged row: vision row i
-   goes to the i-th True position of the mask in row-major order (``rowmap``).
+5. ``mkb_nvfp4_proj_scatter``: the projection on the tensor cores: warp-level ``mma.sync`` m16n8k16
+   (bf16 operands, fp32 accumulation) issued through TIRx's PTX intrinsic with hand-written
+   fragment maps (TIRx 0.27 has no WGMMA path for sm_90). Every product of two decoded (code * s)
+   values is exact in fp32, so the sums are the reference's fp32 GEMM up to summation order; the
+   two global scales are applied once to each sum. The operands are read as 32-bit words of bf16
+   pairs. A 256-thread CTA (4 x 2 warps, each 32 x 64) computes a 128 x 128 tile; K advances in
+   slices of 32 through two shared-memory stages (rows padded to 20 words so the fragment reads
+   are conflict-free), the next slice's 16-byte loads issued before the current slice is
+   multiplied. The epilogue follows the reference's roundings, bf16(bf16(acc) + bias) (an fp32 sum
+   of two bf16 values, rounded once), and stores each vision row straight into its merged row:
+   vision row i goes to the i-th True position of the mask in row-major order (``rowmap``).
 6. ``mkb_text_gather``: one CTA per (batch, position) whose mask is False copies the table row of
    its token id in 16-byte vectors.
 Glue (torch): ``rowmap`` is a stable argsort of the flattened ~mask (the positions of the True
@@ -46,8 +47,11 @@ INV_2688 = 0.00037202381645329297  # fl32(1 / 2688)
 INV_6 = 0.1666666716337204  # fl32(1 / 6)
 BM = 128
 BN = 128
-BK = 16
+BK = 32
 THREADS = 256
+MMA = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+KW = 16  # 32-bit words (bf16 pairs) per row of one 32-wide K slice
+PADW = 20  # shared-memory row stride in words (16 + 4 keeps the fragment reads conflict-free)
 AMAX_CTAS = 528
 # The graded workload (the problem's make_inputs defaults).
 WORKLOAD = dict(batch=32, seq=1024, vision_tokens=384, vocab=151936, hidden=8192, vision_dim=3584)
@@ -242,73 +246,92 @@ def _weight_decode_kernel(rows, padded, k):
 
 def _proj_kernel(m, n, k, rows, hidden, tokens):
     """OUT[ROWMAP[r], c] = bf16(bf16((sum_k A[r, k] B[c, k]) * G[0] * w_scale) + BIAS[c]) for r < rows,
-    c < hidden; m, n, k tile multiples."""
-    k_tiles = k // BK
-    tiles_n = n // BN
+    c < hidden: bf16 operands given as 32-bit words of bf16 pairs (A32 [m, k / 2], B32 [n, k / 2]); m, n
+    multiples of 128, k of 32."""
+    k_tiles = k // 32
+    tiles_n = n // 128
+    tiles_m = m // 128
 
     @T.prim_func
     def mkb_nvfp4_proj_scatter(a_h: T.handle, b_h: T.handle, g_h: T.handle, w_scale: T.float32, bias_h: T.handle,
                                map_h: T.handle, out_h: T.handle):
-        A = T.match_buffer(a_h, (m, k), "bfloat16")
-        B = T.match_buffer(b_h, (n, k), "bfloat16")
+        A32 = T.match_buffer(a_h, (m, k // 2), "uint32")
+        B32 = T.match_buffer(b_h, (n, k // 2), "uint32")
         G = T.match_buffer(g_h, (1,), "float32")
         BIAS = T.match_buffer(bias_h, (hidden,), "bfloat16")
         ROWMAP = T.match_buffer(map_h, (rows,), "int64")
         OUT = T.match_buffer(out_h, (tokens, hidden), "bfloat16")
         T.device_entry()
-        cta = T.cta_id([(m // BM) * tiles_n])
+        cta = T.cta_id([tiles_m * tiles_n])
         tx = T.thread_id([THREADS])
-        a_s = T.alloc_buffer((BK, BM), "float32", scope="shared")
-        b_s = T.alloc_buffer((BK, BN), "float32", scope="shared")
+        a_s = T.alloc_buffer((2, 128, PADW), "uint32", scope="shared")
+        b_s = T.alloc_buffer((2, 128, PADW), "uint32", scope="shared")
         acc = T.alloc_buffer((64,), "float32", scope="local")
-        af = T.alloc_buffer((8,), "float32", scope="local")
-        bf = T.alloc_buffer((8,), "float32", scope="local")
-        ra = T.alloc_buffer((8,), "bfloat16", scope="local")
-        rb = T.alloc_buffer((8,), "bfloat16", scope="local")
-        row0: T.let = (cta // tiles_n) * BM
-        col0: T.let = (cta % tiles_n) * BN
-        ty: T.let = tx // 16
-        tc: T.let = tx % 16
+        af = T.alloc_buffer((8,), "uint32", scope="local")
+        bfr = T.alloc_buffer((16,), "uint32", scope="local")
+        ra = T.alloc_buffer((8,), "uint32", scope="local")
+        rb = T.alloc_buffer((8,), "uint32", scope="local")
+        row0: T.let = (cta // tiles_n) * 128
+        col0: T.let = (cta % tiles_n) * 128
+        warp: T.let = tx // 32
+        lane: T.let = tx % 32
+        g: T.let = lane // 4
+        t: T.let = lane % 4
+        wm: T.let = (warp % 4) * 32
+        wn: T.let = (warp // 4) * 64
         lrow: T.let = tx // 2
-        lk: T.let = (tx % 2) * 8
+        lw: T.let = (tx % 2) * 8
         for i in T.unroll(64):
             acc[i] = T.float32(0.0)
-        for j in T.vectorized(8):
-            ra[j] = A[row0 + lrow, lk + j]
-        for j in T.vectorized(8):
-            rb[j] = B[col0 + lrow, lk + j]
+        for c in T.unroll(2):
+            for j in T.vectorized(4):
+                ra[c * 4 + j] = A32[row0 + lrow, lw + c * 4 + j]
+            for j in T.vectorized(4):
+                rb[c * 4 + j] = B32[col0 + lrow, lw + c * 4 + j]
+        for j in T.unroll(8):
+            a_s[0, lrow, lw + j] = ra[j]
+            b_s[0, lrow, lw + j] = rb[j]
+        T.cuda.cta_sync()
         for kt in range(k_tiles):
-            for j in T.unroll(8):
-                a_s[lk + j, lrow] = T.float32(ra[j])
-                b_s[lk + j, lrow] = T.float32(rb[j])
-            T.cuda.cta_sync()
-            if kt + 1 < k_tiles:  # next slice's loads fly while this slice is computed
-                for j in T.vectorized(8):
-                    ra[j] = A[row0 + lrow, (kt + 1) * BK + lk + j]
-                for j in T.vectorized(8):
-                    rb[j] = B[col0 + lrow, (kt + 1) * BK + lk + j]
-            for kk in T.unroll(BK):
-                for i in T.vectorized(4):
-                    af[i] = a_s[kk, ty * 4 + i]
-                for i in T.vectorized(4):
-                    af[4 + i] = a_s[kk, 64 + ty * 4 + i]
-                for j in T.vectorized(4):
-                    bf[j] = b_s[kk, tc * 4 + j]
-                for j in T.vectorized(4):
-                    bf[4 + j] = b_s[kk, 64 + tc * 4 + j]
-                for i in T.unroll(8):
-                    for j in T.unroll(8):
-                        acc[i * 8 + j] = acc[i * 8 + j] + af[i] * bf[j]
+            st: T.let = kt % 2
+            if kt + 1 < k_tiles:  # the next slice's loads fly while this one is multiplied
+                for c in T.unroll(2):
+                    for j in T.vectorized(4):
+                        ra[c * 4 + j] = A32[row0 + lrow, (kt + 1) * KW + lw + c * 4 + j]
+                    for j in T.vectorized(4):
+                        rb[c * 4 + j] = B32[col0 + lrow, (kt + 1) * KW + lw + c * 4 + j]
+            for ks in T.unroll(2):
+                # fragments: a(mi) = rows g / g + 8 x words t / t + 4 of the warp's 16-row tile mi; b(ni) = row g
+                for mi in T.unroll(2):
+                    for h in T.unroll(2):
+                        for q in T.unroll(2):
+                            af[mi * 4 + q * 2 + h] = a_s[st, wm + mi * 16 + h * 8 + g, ks * 8 + q * 4 + t]
+                for ni in T.unroll(8):
+                    for q in T.unroll(2):
+                        bfr[ni * 2 + q] = b_s[st, wn + ni * 8 + g, ks * 8 + q * 4 + t]
+                for mi in T.unroll(2):
+                    for ni in T.unroll(8):
+                        T.ptx[MMA](acc[mi * 32 + ni * 4], acc[mi * 32 + ni * 4 + 1], acc[mi * 32 + ni * 4 + 2],
+                                   acc[mi * 32 + ni * 4 + 3], af[mi * 4], af[mi * 4 + 1], af[mi * 4 + 2],
+                                   af[mi * 4 + 3], bfr[ni * 2], bfr[ni * 2 + 1], acc[mi * 32 + ni * 4],
+                                   acc[mi * 32 + ni * 4 + 1], acc[mi * 32 + ni * 4 + 2], acc[mi * 32 + ni * 4 + 3])
+            if kt + 1 < k_tiles:  # the other stage was last read before the previous barrier
+                for j in T.unroll(8):
+                    a_s[1 - st, lrow, lw + j] = ra[j]
+                    b_s[1 - st, lrow, lw + j] = rb[j]
             T.cuda.cta_sync()
         gs: T.let = G[0] * w_scale
-        for i in T.unroll(8):
-            for jh in T.unroll(2):
-                for j in T.unroll(4):
-                    mm: T.let = row0 + (i // 4) * 64 + ty * 4 + i % 4
-                    nn: T.let = col0 + jh * 64 + tc * 4 + j
-                    if mm < rows and nn < hidden:
-                        OUT[T.Cast("int32", ROWMAP[mm]), nn] = T.bfloat16(
-                            T.float32(T.bfloat16(acc[i * 8 + jh * 4 + j] * gs)) + T.float32(BIAS[nn]))
+        for mi in T.unroll(2):
+            for h in T.unroll(2):
+                mm: T.let = row0 + wm + mi * 16 + h * 8 + g
+                if mm < rows:
+                    orow: T.let = T.Cast("int32", ROWMAP[mm])
+                    for ni in T.unroll(8):
+                        for c in T.unroll(2):  # accumulators 2h, 2h + 1: row g (+ 8), columns 2t, 2t + 1
+                            nn: T.let = col0 + wn + ni * 8 + 2 * t + c
+                            if nn < hidden:
+                                OUT[orow, nn] = T.bfloat16(T.float32(T.bfloat16(acc[mi * 32 + ni * 4 + 2 * h + c] * gs))
+                                                           + T.float32(BIAS[nn]))
 
     return mkb_nvfp4_proj_scatter
 
@@ -426,8 +449,8 @@ def solve(text_input_ids, text_embedding_weight, vision_features, vision_proj_we
         run(x, gbuf, qa)
         qw = torch.empty(np_, vision_dim, dtype=torch.bfloat16, device=dev)
         run(vision_proj_weight_fp4[0].contiguous(), vision_proj_weight_scale[0].contiguous().view(torch.uint8), qw)
-        run(qa, qw, gbuf, float(vision_proj_weight_global_scale), vision_proj_bias.contiguous(), rowmap,
-            merged.view(tokens, hidden))
+        run(qa.view(torch.uint32), qw.view(torch.uint32), gbuf, float(vision_proj_weight_global_scale),
+            vision_proj_bias.contiguous(), rowmap, merged.view(tokens, hidden))
     else:
         for _ in range(5):
             next(plan)

@@ -25,7 +25,8 @@ def test_tirx_sources():
                "mkb_nvfp4_weight_decode_k4096_kernel", "mkb_nvfp4_gemm_kernel", "mkb_swiglu_kernel",
                "mkb_nvfp4_amax_kernel", "mkb_nvfp4_act_quant_kernel", "mkb_nvfp4_weight_decode_k12288_kernel",
                "mkb_nvfp4_gemm_bf16_kernel"],
-        ["__shfl_xor_sync", "cvt.rn.satfinite.e4m3x2.f32", "div.rn.f32 ", "floorf("])
+        ["__shfl_xor_sync", "cvt.rn.satfinite.e4m3x2.f32", "div.rn.f32 ", "floorf(",
+         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}"])
 
 
 @pytest.mark.slow
