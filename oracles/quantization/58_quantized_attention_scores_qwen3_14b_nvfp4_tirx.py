@@ -20,12 +20,14 @@ Kernels:
   head dim, the probabilities along the keys).
 - ``mkb_nvfp4_vt_quant``: V^T's blocks run along the keys: one thread per (kv head, 16-key block,
   dim) reads 16 keys of one column of V and writes them as a row of V_q^T [kv heads, D, S].
-- ``mkb_qk_block``: S = Q_q K_q^T per (batch, head), head h reading KV head h // group, as a
-  shared-memory tiled SIMT GEMM (TIRx 0.27 has no WGMMA tile primitive for sm_90). K advances in
-  slices of 16, exactly one NVFP4 block of the head dim: a slice's fp32 sum (the block's two scales
-  times a small integer dot product of the codes) is exact, and the slices are accumulated in fp64,
-  so S is the exact dot product of the decoded values. A 256-thread CTA computes a 64 x 128 tile
-  (4 x 8 outputs per thread). S is written in fp64.
+- ``mkb_qk_block``: S = Q_q K_q^T per (batch, head), head h reading KV head h // group, on the tensor
+  cores: warp-level ``mma.sync`` m16n8k16 (bf16 operands read as 32-bit words of pairs) issued
+  through TIRx's PTX intrinsic with hand-written fragment maps (TIRx 0.27 has no WGMMA path for
+  sm_90). Each m16n8k16 step covers exactly one NVFP4 block of the head dim, so its fp32 sum (the
+  block's two scales times a small integer dot product of the codes) is exact; the steps are
+  accumulated in fp64, so S is the exact dot product of the decoded values. A 256-thread CTA
+  (4 x 2 warps of 16 x 64) computes a 64 x 128 tile, K advancing in slices of 32 through two
+  shared-memory stages (rows padded to 20 words). S is written in fp64.
 - ``mkb_softmax``: one warp per query row (8 rows per warp, 64 per CTA): the scores
   s = S * (g_q * g_k) * 128^-0.5 + mask, the softmax (exp, sum and division) in fp64 (fast math
   leaves double precision alone), then p is rounded to fp32. The problem's float64 anchor keeps the
@@ -33,9 +35,9 @@ Kernels:
   accuracy reproduces the anchor's fp32 probabilities (and hence its codes); the reference's bf16
   roundings only move codes away from them. attn_weights = bf16(p); p (fp32) goes to the
   quantiser, and each CTA's maximum of p to the probabilities' global scale.
-- ``mkb_pv_gemm``: attn_output = bf16((P_q V_q) * (g_p * g_v)) per (batch, head) as a SIMT GEMM
-  with fp32 accumulation (exact products, the reference's fp32 GEMM up to summation order): a
-  128 x 128 tile per 256-thread CTA, K slices of 16, 8 x 8 outputs per thread.
+- ``mkb_pv_gemm``: attn_output = bf16((P_q V_q) * (g_p * g_v)) per (batch, head) with the same
+  mma.sync scheme and fp32 accumulation (exact products, the reference's fp32 GEMM up to summation
+  order): a 128 x 128 tile per 256-thread CTA (4 x 2 warps of 32 x 64).
 Shapes that are not multiples of 128 (the small workload) are zero-padded by the host; padded keys
 and queries are excluded by the softmax kernel, and zeros change no maximum and quantise to zero.
 """
@@ -49,8 +51,10 @@ from tvm.script import tirx as T
 BLOCK = 16
 INV_2688 = 0.00037202381645329297  # fl32(1 / 2688)
 INV_6 = 0.1666666716337204  # fl32(1 / 6)
-BK = 16
 THREADS = 256
+MMA = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+KW = 16  # 32-bit words (bf16 pairs) per row of one 32-wide K slice
+PADW = 20  # shared-memory row stride in words (16 + 4 keeps the fragment reads conflict-free)
 AMAX_CTAS = 528
 ROWS_PER_WARP = 8
 ROWS_PER_CTA = 8 * ROWS_PER_WARP
@@ -259,73 +263,87 @@ def _vt_quant_kernel(zk, sp, dp):
 
 
 def _qk_kernel(z, zk, sp, dp):
-    """S[zz, m, n] = sum_k A[zz, m, k] B[zz // group, n, k] exactly: fp64 sum of exact 16-wide block sums."""
+    """S[zz, m, n] = sum_k A[zz, m, k] B[zz // group, n, k] exactly: the fp32 mma sum of each 16-wide K step (one
+    NVFP4 block) is exact and the steps are accumulated in fp64. Operands are 32-bit words of bf16 pairs."""
     group = z // zk
-    k_tiles = dp // BK
+    k_tiles = dp // 32
     tiles_m = sp // 64
     tiles_n = sp // 128
 
     @T.prim_func
     def mkb_qk_block(a_h: T.handle, b_h: T.handle, s_h: T.handle):
-        A = T.match_buffer(a_h, (z, sp, dp), "bfloat16")
-        B = T.match_buffer(b_h, (zk, sp, dp), "bfloat16")
+        A32 = T.match_buffer(a_h, (z, sp, dp // 2), "uint32")
+        B32 = T.match_buffer(b_h, (zk, sp, dp // 2), "uint32")
         S = T.match_buffer(s_h, (z, sp, sp), "float64")
         T.device_entry()
         cta, zz = T.cta_id([tiles_m * tiles_n, z])
         tx = T.thread_id([THREADS])
-        a_s = T.alloc_buffer((BK, 64), "float32", scope="shared")
-        b_s = T.alloc_buffer((BK, 128), "float32", scope="shared")
+        a_s = T.alloc_buffer((2, 64, PADW), "uint32", scope="shared")
+        b_s = T.alloc_buffer((2, 128, PADW), "uint32", scope="shared")
         acc = T.alloc_buffer((32,), "float64", scope="local")
         part = T.alloc_buffer((32,), "float32", scope="local")
-        af = T.alloc_buffer((4,), "float32", scope="local")
-        bf = T.alloc_buffer((8,), "float32", scope="local")
-        ra = T.alloc_buffer((4,), "bfloat16", scope="local")
-        rb = T.alloc_buffer((8,), "bfloat16", scope="local")
+        af = T.alloc_buffer((4,), "uint32", scope="local")
+        bfr = T.alloc_buffer((16,), "uint32", scope="local")
+        ra = T.alloc_buffer((4,), "uint32", scope="local")
+        rb = T.alloc_buffer((8,), "uint32", scope="local")
         kz: T.let = zz // group
         row0: T.let = (cta // tiles_n) * 64
         col0: T.let = (cta % tiles_n) * 128
-        ty: T.let = tx // 16
-        tc: T.let = tx % 16
+        warp: T.let = tx // 32
+        lane: T.let = tx % 32
+        g: T.let = lane // 4
+        t: T.let = lane % 4
+        wm: T.let = (warp % 4) * 16
+        wn: T.let = (warp // 4) * 64
         arow: T.let = tx // 4
-        ak: T.let = (tx % 4) * 4
+        aw: T.let = (tx % 4) * 4
         brow: T.let = tx // 2
-        bk: T.let = (tx % 2) * 8
+        bw: T.let = (tx % 2) * 8
         for i in T.unroll(32):
             acc[i] = T.float64(0.0)
         for j in T.vectorized(4):
-            ra[j] = A[zz, row0 + arow, ak + j]
-        for j in T.vectorized(8):
-            rb[j] = B[kz, col0 + brow, bk + j]
+            ra[j] = A32[zz, row0 + arow, aw + j]
+        for c in T.unroll(2):
+            for j in T.vectorized(4):
+                rb[c * 4 + j] = B32[kz, col0 + brow, bw + c * 4 + j]
+        for j in T.unroll(4):
+            a_s[0, arow, aw + j] = ra[j]
+        for j in T.unroll(8):
+            b_s[0, brow, bw + j] = rb[j]
+        T.cuda.cta_sync()
         for kt in range(k_tiles):
-            for j in T.unroll(4):
-                a_s[ak + j, arow] = T.float32(ra[j])
-            for j in T.unroll(8):
-                b_s[bk + j, brow] = T.float32(rb[j])
+            st: T.let = kt % 2
+            if kt + 1 < k_tiles:  # the next slice's loads fly while this one is multiplied
+                for j in T.vectorized(4):
+                    ra[j] = A32[zz, row0 + arow, (kt + 1) * KW + aw + j]
+                for c in T.unroll(2):
+                    for j in T.vectorized(4):
+                        rb[c * 4 + j] = B32[kz, col0 + brow, (kt + 1) * KW + bw + c * 4 + j]
+            for ks in T.unroll(2):  # one k16 step = one NVFP4 block of the head dim
+                for h in T.unroll(2):
+                    for q in T.unroll(2):
+                        af[q * 2 + h] = a_s[st, wm + h * 8 + g, ks * 8 + q * 4 + t]
+                for ni in T.unroll(8):
+                    for q in T.unroll(2):
+                        bfr[ni * 2 + q] = b_s[st, wn + ni * 8 + g, ks * 8 + q * 4 + t]
+                for i in T.unroll(32):
+                    part[i] = T.float32(0.0)
+                for ni in T.unroll(8):
+                    T.ptx[MMA](part[ni * 4], part[ni * 4 + 1], part[ni * 4 + 2], part[ni * 4 + 3], af[0], af[1],
+                               af[2], af[3], bfr[ni * 2], bfr[ni * 2 + 1], part[ni * 4], part[ni * 4 + 1],
+                               part[ni * 4 + 2], part[ni * 4 + 3])
+                for i in T.unroll(32):  # the block's fp32 sum is exact
+                    acc[i] = acc[i] + T.float64(part[i])
+            if kt + 1 < k_tiles:  # the other stage was last read before the previous barrier
+                for j in T.unroll(4):
+                    a_s[1 - st, arow, aw + j] = ra[j]
+                for j in T.unroll(8):
+                    b_s[1 - st, brow, bw + j] = rb[j]
             T.cuda.cta_sync()
-            if kt + 1 < k_tiles:  # next slice's loads fly while this slice is computed
-                for j in T.vectorized(4):
-                    ra[j] = A[zz, row0 + arow, (kt + 1) * BK + ak + j]
-                for j in T.vectorized(8):
-                    rb[j] = B[kz, col0 + brow, (kt + 1) * BK + bk + j]
-            for i in T.unroll(32):
-                part[i] = T.float32(0.0)
-            for kk in T.unroll(BK):
-                for i in T.vectorized(4):
-                    af[i] = a_s[kk, ty * 4 + i]
-                for j in T.vectorized(4):
-                    bf[j] = b_s[kk, tc * 4 + j]
-                for j in T.vectorized(4):
-                    bf[4 + j] = b_s[kk, 64 + tc * 4 + j]
-                for i in T.unroll(4):
-                    for j in T.unroll(8):
-                        part[i * 8 + j] = part[i * 8 + j] + af[i] * bf[j]
-            for i in T.unroll(32):  # one K slice = one NVFP4 block: its fp32 sum is exact
-                acc[i] = acc[i] + T.float64(part[i])
-            T.cuda.cta_sync()
-        for i in T.unroll(4):
-            for jh in T.unroll(2):
-                for j in T.vectorized(4):
-                    S[zz, row0 + ty * 4 + i, col0 + jh * 64 + tc * 4 + j] = acc[i * 8 + jh * 4 + j]
+        for h in T.unroll(2):
+            for ni in T.unroll(8):
+                for c in T.unroll(2):  # accumulators 2h, 2h + 1: row g (+ 8), columns 2t, 2t + 1
+                    S[zz, row0 + wm + h * 8 + g, col0 + wn + ni * 8 + 2 * t + c] = acc[ni * 4 + 2 * h + c]
 
     return mkb_qk_block
 
@@ -402,71 +420,86 @@ def _softmax_kernel(z, sp, batch, seq, heads, scale):
 
 
 def _pv_kernel(z, zk, sp, dp):
-    """O[zz, m, n] = bf16((sum_k A[zz, m, k] B[zz // group, n, k]) * GA[0] * GB[0]); tile multiples."""
+    """O[zz, m, n] = bf16((sum_k A[zz, m, k] B[zz // group, n, k]) * GA[0] * GB[0]); operands are 32-bit words
+    of bf16 pairs; sp, dp multiples of 128."""
     group = z // zk
-    k_tiles = sp // BK
+    k_tiles = sp // 32
     tiles_n = dp // 128
     tiles = (sp // 128) * tiles_n
 
     @T.prim_func
     def mkb_pv_gemm(a_h: T.handle, b_h: T.handle, ga_h: T.handle, gb_h: T.handle, c_h: T.handle):
-        A = T.match_buffer(a_h, (z, sp, sp), "bfloat16")
-        B = T.match_buffer(b_h, (zk, dp, sp), "bfloat16")
+        A32 = T.match_buffer(a_h, (z, sp, sp // 2), "uint32")
+        B32 = T.match_buffer(b_h, (zk, dp, sp // 2), "uint32")
         GA = T.match_buffer(ga_h, (1,), "float32")
         GB = T.match_buffer(gb_h, (1,), "float32")
         C = T.match_buffer(c_h, (z, sp, dp), "bfloat16")
         T.device_entry()
         cta, zz = T.cta_id([tiles, z])
         tx = T.thread_id([THREADS])
-        a_s = T.alloc_buffer((BK, 128), "float32", scope="shared")
-        b_s = T.alloc_buffer((BK, 128), "float32", scope="shared")
+        a_s = T.alloc_buffer((2, 128, PADW), "uint32", scope="shared")
+        b_s = T.alloc_buffer((2, 128, PADW), "uint32", scope="shared")
         acc = T.alloc_buffer((64,), "float32", scope="local")
-        af = T.alloc_buffer((8,), "float32", scope="local")
-        bf = T.alloc_buffer((8,), "float32", scope="local")
-        ra = T.alloc_buffer((8,), "bfloat16", scope="local")
-        rb = T.alloc_buffer((8,), "bfloat16", scope="local")
+        af = T.alloc_buffer((8,), "uint32", scope="local")
+        bfr = T.alloc_buffer((16,), "uint32", scope="local")
+        ra = T.alloc_buffer((8,), "uint32", scope="local")
+        rb = T.alloc_buffer((8,), "uint32", scope="local")
         kz: T.let = zz // group
         row0: T.let = (cta // tiles_n) * 128
         col0: T.let = (cta % tiles_n) * 128
-        ty: T.let = tx // 16
-        tc: T.let = tx % 16
+        warp: T.let = tx // 32
+        lane: T.let = tx % 32
+        g: T.let = lane // 4
+        t: T.let = lane % 4
+        wm: T.let = (warp % 4) * 32
+        wn: T.let = (warp // 4) * 64
         lrow: T.let = tx // 2
-        lk: T.let = (tx % 2) * 8
+        lw: T.let = (tx % 2) * 8
         for i in T.unroll(64):
             acc[i] = T.float32(0.0)
-        for j in T.vectorized(8):
-            ra[j] = A[zz, row0 + lrow, lk + j]
-        for j in T.vectorized(8):
-            rb[j] = B[kz, col0 + lrow, lk + j]
+        for c in T.unroll(2):
+            for j in T.vectorized(4):
+                ra[c * 4 + j] = A32[zz, row0 + lrow, lw + c * 4 + j]
+            for j in T.vectorized(4):
+                rb[c * 4 + j] = B32[kz, col0 + lrow, lw + c * 4 + j]
+        for j in T.unroll(8):
+            a_s[0, lrow, lw + j] = ra[j]
+            b_s[0, lrow, lw + j] = rb[j]
+        T.cuda.cta_sync()
         for kt in range(k_tiles):
-            for j in T.unroll(8):
-                a_s[lk + j, lrow] = T.float32(ra[j])
-                b_s[lk + j, lrow] = T.float32(rb[j])
-            T.cuda.cta_sync()
-            if kt + 1 < k_tiles:  # next slice's loads fly while this slice is computed
-                for j in T.vectorized(8):
-                    ra[j] = A[zz, row0 + lrow, (kt + 1) * BK + lk + j]
-                for j in T.vectorized(8):
-                    rb[j] = B[kz, col0 + lrow, (kt + 1) * BK + lk + j]
-            for kk in T.unroll(BK):
-                for i in T.vectorized(4):
-                    af[i] = a_s[kk, ty * 4 + i]
-                for i in T.vectorized(4):
-                    af[4 + i] = a_s[kk, 64 + ty * 4 + i]
-                for j in T.vectorized(4):
-                    bf[j] = b_s[kk, tc * 4 + j]
-                for j in T.vectorized(4):
-                    bf[4 + j] = b_s[kk, 64 + tc * 4 + j]
-                for i in T.unroll(8):
-                    for j in T.unroll(8):
-                        acc[i * 8 + j] = acc[i * 8 + j] + af[i] * bf[j]
+            st: T.let = kt % 2
+            if kt + 1 < k_tiles:  # the next slice's loads fly while this one is multiplied
+                for c in T.unroll(2):
+                    for j in T.vectorized(4):
+                        ra[c * 4 + j] = A32[zz, row0 + lrow, (kt + 1) * KW + lw + c * 4 + j]
+                    for j in T.vectorized(4):
+                        rb[c * 4 + j] = B32[kz, col0 + lrow, (kt + 1) * KW + lw + c * 4 + j]
+            for ks in T.unroll(2):
+                for mi in T.unroll(2):
+                    for h in T.unroll(2):
+                        for q in T.unroll(2):
+                            af[mi * 4 + q * 2 + h] = a_s[st, wm + mi * 16 + h * 8 + g, ks * 8 + q * 4 + t]
+                for ni in T.unroll(8):
+                    for q in T.unroll(2):
+                        bfr[ni * 2 + q] = b_s[st, wn + ni * 8 + g, ks * 8 + q * 4 + t]
+                for mi in T.unroll(2):
+                    for ni in T.unroll(8):
+                        T.ptx[MMA](acc[mi * 32 + ni * 4], acc[mi * 32 + ni * 4 + 1], acc[mi * 32 + ni * 4 + 2],
+                                   acc[mi * 32 + ni * 4 + 3], af[mi * 4], af[mi * 4 + 1], af[mi * 4 + 2],
+                                   af[mi * 4 + 3], bfr[ni * 2], bfr[ni * 2 + 1], acc[mi * 32 + ni * 4],
+                                   acc[mi * 32 + ni * 4 + 1], acc[mi * 32 + ni * 4 + 2], acc[mi * 32 + ni * 4 + 3])
+            if kt + 1 < k_tiles:  # the other stage was last read before the previous barrier
+                for j in T.unroll(8):
+                    a_s[1 - st, lrow, lw + j] = ra[j]
+                    b_s[1 - st, lrow, lw + j] = rb[j]
             T.cuda.cta_sync()
         gs: T.let = GA[0] * GB[0]
-        for i in T.unroll(8):
-            for jh in T.unroll(2):
-                for j in T.vectorized(4):
-                    C[zz, row0 + (i // 4) * 64 + ty * 4 + i % 4, col0 + jh * 64 + tc * 4 + j] = T.bfloat16(
-                        acc[i * 8 + jh * 4 + j] * gs)
+        for mi in T.unroll(2):
+            for h in T.unroll(2):
+                for ni in T.unroll(8):
+                    for c in T.unroll(2):  # accumulators 2h, 2h + 1: row g (+ 8), columns 2t, 2t + 1
+                        C[zz, row0 + wm + mi * 16 + h * 8 + g, col0 + wn + ni * 8 + 2 * t + c] = T.bfloat16(
+                            acc[mi * 32 + ni * 4 + 2 * h + c] * gs)
 
     return mkb_pv_gemm
 
@@ -573,7 +606,7 @@ def solve(query_states, key_states, value_states, attention_mask):
     run(partial, gv)
     run(v.view(zk, sp, dp), gv, vqt)
     s64 = torch.empty(z, sp, sp, dtype=torch.float64, device=dev)
-    run(qq, kq, s64)
+    run(qq.view(torch.uint32), kq.view(torch.uint32), s64)
     p = torch.empty(z * sp, sp, dtype=torch.float32, device=dev)
     p_partial = torch.empty(z * sp // ROWS_PER_CTA, dtype=torch.float32, device=dev)
     run(s64.view(z * sp, sp), attention_mask.contiguous().view(batch, seq, seq), gq, gk, p,
@@ -582,7 +615,7 @@ def solve(query_states, key_states, value_states, attention_mask):
     pq = torch.empty(z, sp, sp, dtype=torch.bfloat16, device=dev)
     run(p, gp, pq.view(z * sp, sp))
     res = out if (sp == seq and dp == head_dim) else torch.empty(z, sp, dp, dtype=torch.bfloat16, device=dev)
-    run(pq, vqt, gp, gv, res.view(z, sp, dp))
+    run(pq.view(torch.uint32), vqt.view(torch.uint32), gp, gv, res.view(z, sp, dp))
     if res is not out:
         out.copy_(res.view(batch, heads, sp, dp)[:, :, :seq, :head_dim])
     return out, weights

@@ -27,7 +27,8 @@ def test_tirx_sources():
                "mkb_softmax_kernel", "mkb_nvfp4_global_scale_p_kernel", "mkb_nvfp4_act_quant_kernel",
                "mkb_pv_gemm_kernel"],
         ["__shfl_xor_sync", "cvt.rn.satfinite.e4m3x2.f32", "div.rn.f32 ", "exp((vals_ptr[0]",
-         "(int64_t)4591033472335690701", "acc_ptr[0] = (acc_ptr[0] + ((double)part_ptr[0]))"])
+         "(int64_t)4591033472335690701", "acc_ptr[0] = (acc_ptr[0] + ((double)part_ptr[0]))",
+         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}"])
 
 
 @pytest.mark.slow
