@@ -2,9 +2,19 @@
 instructions their design relies on; on a GPU they match the reference."""
 
 import pytest
-from oracle_support import check_on_gpu, check_tirx_nvrtc, check_tirx_sources
+from oracle_support import check_cutedsl_compiles, check_on_gpu, check_tirx_nvrtc, check_tirx_sources
 
 STEM = "69_gated_linear_attention_gla_bf16"
+
+
+def test_cutedsl_compiles(tmp_path):
+    # SIMT fp32 loops (fma, vectorised shared-memory reads), the accurate expf (range reduction with
+    # the low part of log2(e), 0f32A57060, then ex2 of the reduced argument), h written to the fp32
+    # scratch, bf16 output
+    ptx = check_cutedsl_compiles(STEM, ["gla_states_kernel", "gla_output_kernel"],
+                                 ["fma.rn.f32", "ld.shared.v4.b32", "0f32A57060", "ex2.approx.ftz.f32",
+                                  "st.global.b32", "cvt.rn.bf16.f32", "st.global.b16", "bar.sync"], tmp_path)
+    assert "mma.sync" not in ptx
 
 
 def test_tirx_sources():
@@ -25,6 +35,6 @@ def test_tirx_nvrtc(monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dsl", ["tirx"])
+@pytest.mark.parametrize("dsl", ["cutedsl", "tirx"])
 def test_on_gpu(dsl):
     check_on_gpu(STEM, dsl)
