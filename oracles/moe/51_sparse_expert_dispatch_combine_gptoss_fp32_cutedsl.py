@@ -8,8 +8,10 @@ kernels; torch only sorts the (token, k) assignments by expert and builds index 
   the token's row of x gathered through an index table) and 64 GLU columns j, i.e. the 128
   contiguous gate_up columns 2 n0 .. 2 n0 + 127, de-interleaved while staging (gate columns 2j to
   the first half of the shared tile, up columns 2j + 1 to the second). K advances in steps of 32;
-  256 threads each hold a 4 x 8 fp32 accumulator (rows ty + 16i, columns tx + 16j) updated by
-  fp32 FMAs (fp32 accumulation, no TF32). Epilogue, rounding like the reference: gu = acc + bias;
+  256 threads each hold a 4 x 8 fp32 accumulator (rows ty + 16i, columns tx + 16j); each K step's
+  32 products are summed by fp32 FMAs from zero and the step sum is added to the accumulator
+  (fp32 accumulation, no TF32; the two levels keep the rounding error well below one running sum's).
+  Epilogue, rounding like the reference: gu = acc + bias;
   gate = min(gu_gate, 7), up = clamp(gu_up, -7, 7); h = (up + 1) * (gate * sigmoid(1.702 gate)),
   sigmoid = 1 / (1 + exp(-z)) with an IEEE division.
 - ``moe_down_kernel``: the same CTA shape over 128 output columns: y = acc + bias, and the stored
@@ -58,7 +60,10 @@ def _load_a(a_s: cute.Tensor, a: cute.Tensor, rowidx: cute.Tensor, row_begin: cu
 
 @cute.jit
 def _mac(acc: cute.Tensor, a_s: cute.Tensor, b_s: cute.Tensor, ty: cutlass.Int32, tx: cutlass.Int32):
-    """acc[i, j] += sum_k a_s[k, ty + 16 i] * b_s[k, tx + 16 j] over the K step."""
+    """acc[i, j] += (sum_k a_s[k, ty + 16 i] * b_s[k, tx + 16 j]) over the K step, the step's 32 products
+    summed from zero first (two-level accumulation: a much smaller rounding error than one running sum)."""
+    part = cute.make_rmem_tensor((4, 8), cutlass.Float32)
+    part.fill(0.0)
     for k in cutlass.range_constexpr(BK):
         av = []
         for ii in cutlass.range_constexpr(4):
@@ -66,7 +71,10 @@ def _mac(acc: cute.Tensor, a_s: cute.Tensor, b_s: cute.Tensor, ty: cutlass.Int32
         for jj in cutlass.range_constexpr(8):
             bv = b_s[k, tx + 16 * jj]
             for ii in cutlass.range_constexpr(4):
-                acc[ii, jj] = acc[ii, jj] + av[ii] * bv
+                part[ii, jj] = part[ii, jj] + av[ii] * bv
+    for ii in cutlass.range_constexpr(4):
+        for jj in cutlass.range_constexpr(8):
+            acc[ii, jj] = acc[ii, jj] + part[ii, jj]
 
 
 @cute.kernel

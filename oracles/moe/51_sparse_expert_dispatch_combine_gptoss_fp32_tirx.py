@@ -8,8 +8,10 @@ kernels; torch only sorts the (token, k) assignments by expert and builds index 
   token's row of x gathered through an index table) and 64 GLU columns j, i.e. the 128 contiguous
   gate_up columns 2 n0 .. 2 n0 + 127, de-interleaved while staging (gate columns 2j to the first
   half of the shared tile, up columns 2j + 1 to the second). K advances in steps of 32; 256 threads
-  each keep a 4 x 8 fp32 accumulator (rows ty + 16i, columns tx + 16j) updated by fp32
-  multiply-adds (fp32 accumulation, no TF32). Epilogue, rounding like the reference:
+  each keep a 4 x 8 fp32 accumulator (rows ty + 16i, columns tx + 16j); each K step's 32 products
+  are summed by fp32 multiply-adds from zero and the step sum is added to the accumulator (fp32
+  accumulation, no TF32; the two levels keep the rounding error well below one running sum's).
+  Epilogue, rounding like the reference:
   gu = acc + bias; gate = min(gu_gate, 7), up = clamp(gu_up, -7, 7);
   h = (up + 1) * (gate * sigmoid(1.702 gate)), sigmoid = 1 / (1 + exp(-z)).
 - ``mkb_moe_down``: the same CTA shape over 128 output columns: y = acc + bias, and the stored
@@ -111,6 +113,7 @@ def _glu_kernel(hidden, inter):
         a_s = T.alloc_buffer((BK * A_STRIDE,), "float32", scope="shared")
         b_s = T.alloc_buffer((BK * B_STRIDE,), "float32", scope="shared")
         acc = T.alloc_buffer((32,), "float32", scope="local")
+        part = T.alloc_buffer((32,), "float32", scope="local")
         expert: T.let = tiles[tb, 0]
         row_begin: T.let = tiles[tb, 1]
         row_end: T.let = tiles[tb, 2]
@@ -136,11 +139,15 @@ def _glu_kernel(hidden, inter):
                     else:
                         b_s[kb * B_STRIDE + c // 2 + (c % 2) * HALF] = T.float32(0.0)
                 T.cuda.cta_sync()
+                for i in T.unroll(32):
+                    part[i] = T.float32(0.0)
                 for k in T.unroll(BK):
                     for jj in T.unroll(8):
                         for ii in T.unroll(4):
-                            acc[ii * 8 + jj] = acc[ii * 8 + jj] + (
+                            part[ii * 8 + jj] = part[ii * 8 + jj] + (
                                 a_s[k * A_STRIDE + ty + 16 * ii] * b_s[k * B_STRIDE + tx + 16 * jj])
+                for i in T.unroll(32):
+                    acc[i] = acc[i] + part[i]
                 T.cuda.cta_sync()
             for jj in T.unroll(4):
                 if n0 + tx + 16 * jj < inter:
@@ -178,6 +185,7 @@ def _down_kernel(hidden, inter):
         a_s = T.alloc_buffer((BK * A_STRIDE,), "float32", scope="shared")
         b_s = T.alloc_buffer((BK * B_STRIDE,), "float32", scope="shared")
         acc = T.alloc_buffer((32,), "float32", scope="local")
+        part = T.alloc_buffer((32,), "float32", scope="local")
         expert: T.let = tiles[tb, 0]
         row_begin: T.let = tiles[tb, 1]
         row_end: T.let = tiles[tb, 2]
@@ -203,11 +211,15 @@ def _down_kernel(hidden, inter):
                     else:
                         b_s[kb * B_STRIDE + c] = T.float32(0.0)
                 T.cuda.cta_sync()
+                for i in T.unroll(32):
+                    part[i] = T.float32(0.0)
                 for k in T.unroll(BK):
                     for jj in T.unroll(8):
                         for ii in T.unroll(4):
-                            acc[ii * 8 + jj] = acc[ii * 8 + jj] + (
+                            part[ii * 8 + jj] = part[ii * 8 + jj] + (
                                 a_s[k * A_STRIDE + ty + 16 * ii] * b_s[k * B_STRIDE + tx + 16 * jj])
+                for i in T.unroll(32):
+                    acc[i] = acc[i] + part[i]
                 T.cuda.cta_sync()
             for jj in T.unroll(8):
                 if n0 + tx + 16 * jj < hidden:
