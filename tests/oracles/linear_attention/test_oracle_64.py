@@ -2,9 +2,23 @@
 the CPU with the instructions their design relies on; on a GPU they match the reference."""
 
 import pytest
-from oracle_support import check_on_gpu, check_tirx_nvrtc, check_tirx_sources
+from oracle_support import check_cutedsl_compiles, check_on_gpu, check_tirx_nvrtc, check_tirx_sources
 
 STEM = "64_mamba_chunk_scan_segsum_granite_bf16"
+
+
+def test_cutedsl_compiles(tmp_path):
+    # state pass on the CUDA cores (fp32 fma, accurate expf, the fp32 state scratch and the bf16 final
+    # state); output pass on the tensor cores (mma.sync bf16, ldmatrix, ldmatrix.trans for x, 16-byte
+    # cp.async, bf16 output stored 16 bytes at a time)
+    ptx = check_cutedsl_compiles(STEM, ["ssd_states_kernel", "ssd_output_kernel"],
+                                 ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                                  "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+                                  "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cp.async.cg.shared.global",
+                                  "0f32A57060", "ex2.approx.ftz.f32", "fma.rn.f32", "st.global.b32",
+                                  "st.global.b16", "st.global.v4", "bar.sync"], tmp_path)
+    # per warp: C B^T (8 x 16 tiles, state 256), P x (8 x 4 x hi/lo), C state^T (2 parts x 8 x 16)
+    assert ptx.count("mma.sync.aligned.m16n8k16") == 128 + 64 + 256
 
 
 def test_tirx_sources():
@@ -25,6 +39,6 @@ def test_tirx_nvrtc(monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dsl", ["tirx"])
+@pytest.mark.parametrize("dsl", ["cutedsl", "tirx"])
 def test_on_gpu(dsl):
     check_on_gpu(STEM, dsl)
