@@ -3,7 +3,7 @@ compile for sm_90a (four expert-row GEMM builds, two weight-gradient builds, one
 instructions their design relies on; on a GPU they match the reference."""
 
 import pytest
-from oracle_support import check_cutedsl_compiles, check_on_gpu, load
+from oracle_support import check_cutedsl_compiles, check_on_gpu, check_tirx_nvrtc, check_tirx_sources, load
 
 STEM = "50_expert_parallel_execution_backward_mimo_fp32"
 
@@ -23,7 +23,30 @@ def test_cutedsl_compiles_the_small_shape():
         assert len(module._compile(kind, 12, 16, 8, 8, 3, arch="sm_90a").kernel_info) == 1
 
 
+def test_tirx_sources():
+    sources = check_tirx_sources(STEM, ["mkb_moe_rows_gate_up_kernel", "mkb_moe_rows_down_kernel",
+                                        "mkb_moe_rows_d_inter_kernel", "mkb_moe_rows_d_x_kernel",
+                                        "mkb_moe_wgrad_gate_kernel", "mkb_moe_wgrad_down_kernel",
+                                        "mkb_moe_combine_kernel"],
+                                 ["tvm_builtin_ptx_div_f_rn_f32(", "0x1.62e4p-1f", "tvm_builtin_cuda_cta_sync()",
+                                  "tvm_builtin_cuda_warp_reduce_sum_32(", "__launch_bounds__(256)",
+                                  "if (((kt & 3) == 3) || (kt == 127))", "float sw1_ptr[2080]"])
+    for source in sources.values():
+        assert "expf(" not in source and "__fdividef" not in source  # precise exp and IEEE division
+
+
+def test_tirx_builds_the_small_shape():
+    """The small workload (12 tokens, hidden 16, inter 8, 8 experts, top 3) builds too."""
+    sources = load(STEM, "tirx").kernel_sources("sm_90a", tokens=12, hidden=16, inter=8, experts=8, top_k=3)
+    assert len(sources) == 7
+
+
+@pytest.mark.slow
+def test_tirx_nvrtc(monkeypatch):
+    check_tirx_nvrtc(STEM, monkeypatch)
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("dsl", ["cutedsl"])
+@pytest.mark.parametrize("dsl", ["cutedsl", "tirx"])
 def test_on_gpu(dsl):
     check_on_gpu(STEM, dsl)
