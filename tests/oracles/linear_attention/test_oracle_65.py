@@ -21,17 +21,19 @@ def test_cutedsl_compiles(tmp_path):
 
 
 def test_tirx_sources():
-    # 16-byte loads of C, B and x rows, float4 shared-memory reads of the SIMT loops, decay in the
-    # reference's order (score times exp of the segment sum)
-    sources = check_tirx_sources(STEM, ["mkb_ssd_diag_kernel"],
-                                 ["*(uint4*)(raw_ptr + 0) = *(uint4*)(cm_ptr",
-                                  "*(uint4*)(raw_ptr + 0) = *(uint4*)(bm_ptr",
-                                  "*(uint4*)(raw_ptr + 0) = *(uint4*)(x_ptr",
-                                  "*(float4*)(af_ptr + 0) = *(float4*)(pool_ptr",
-                                  "*(float4*)(bf_ptr + 0) = *(float4*)(pool_ptr",
-                                  "(acc_s_ptr[0] * expf((s_row_ptr[0] - s_s_ptr[", "__launch_bounds__(256)"])
+    # hand-placed mma.sync fragments from padded word rows, 16-byte C/B/x loads, the in-order cumsum,
+    # the decay in the reference's order, hi/lo bf16 split of P, the transposed x words
+    sources = check_tirx_sources(STEM, ["mkb_ssd_diag_kernel"], [
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+        "*(uint4*)(raw_ptr + 0) = *(uint4*)(q_ptr", "*(uint4*)(raw_ptr + 0) = *(uint4*)(k_ptr",
+        "*(uint4*)(raw_ptr + 0) = *(uint4*)(v_ptr", "*(uint4*)(raw1_ptr + 0) = *(uint4*)(v_ptr",
+        "(acc_s_ptr[0] * expf((s_s_ptr[", "run_ptr[0] = (run_ptr[0] + a_s_ptr[qq]);",
+        "pair_ptr[0] = ((nv_bfloat16)(acc_s_ptr[0] - ((float)((nv_bfloat16)acc_s_ptr[0]))));",
+        "__shared__ alignas(64) uint vt_s_ptr[4608];", "__launch_bounds__(128)"])
     (source,) = sources.values()
-    assert "mma.sync" not in source
+    # 4 k16 steps x 8 tiles of C B^T per state slice, 4 k16 steps x 16 tiles x (hi, lo) of P x
+    calls = source.count("tvm_builtin_ptx_mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32(acc_")
+    assert calls == 8 * 4 + 4 * 16 * 2
 
 
 @pytest.mark.slow
