@@ -1,29 +1,34 @@
-"""TIRx oracle for problem 64: the Mamba-2 SSD chunked scan (chunk 256) with a carried state, on the
-CUDA cores.
+"""TIRx oracle for problem 64: the Mamba-2 SSD chunked scan (chunk 256) with a carried state.
 
 With a the within-chunk cumulative sum of A (per head): Y_diag[i] = sum_{j <= i} (C_i . B_j)
 exp(a_i - a_j) x_j; chunk state = sum_j (x_j exp(a_end - a_j)) B_j^T; the state entering chunk z
 is carried as state * exp(a_end) + chunk state from initial_states; Y_off[i] = (C_i . state_z)
 exp(a_i); y = Y_diag + Y_off + D x.
 
-Two TIRx kernels, shape-specialised; all products are shared-memory tiled SIMT loops with fp32
-accumulation (TIRx 0.27 has no WGMMA path for sm_90, and the carried state and the decay-weighted
-scores are fp32 values):
-1. ``mkb_ssd_states``: one CTA (256 threads) per (64 state columns, 64 head dims, batch x head)
-   keeps its 64 x 64 block of the state in registers (thread: 4 head dims x 4 state columns), starting
-   from initial_states. Per chunk it writes the state entering the chunk (fp32) to a scratch tensor
-   [B*H, chunks, P, N], forms the cumulative sums a of the chunk in shared memory (each thread adds
-   the steps up to its own in order), then accumulates the chunk state over 64-step slices of
-   x exp(a_end - a) (formed in fp32 as the reference) and B, and finally carries
+Two TIRx kernels, shape-specialised:
+1. ``mkb_ssd_states`` (CUDA cores, fp32): one CTA (256 threads) per (64 state columns, 64 head dims,
+   batch x head) keeps its 64 x 64 block of the state in registers (thread: 4 head dims x 4 state
+   columns), starting from initial_states. Per chunk it writes the state entering the chunk (fp32) to
+   a scratch tensor [B*H, chunks, P, N], forms the cumulative sums a of the chunk in shared memory
+   (each thread adds the steps up to its own in order), accumulates the chunk state over 64-step
+   slices of x exp(a_end - a) (formed in fp32 as the reference, exp in fp64) and B, and carries
    state = state * exp(a_end) + chunk state. The last state is written as final_state (bf16).
-2. ``mkb_ssd_output``: one CTA (256 threads) per (64 rows of a chunk, chunk, batch x head); thread
-   (ty, tc) = (tid / 16, tid % 16) owns rows ty*4 .. +3 and keys / head dims tc*4 .. +3. For each
-   64-key block up to the diagonal: S = C B^T over 32-wide state slices, P = S * exp(a_i - a_j) below
-   the diagonal and 0 above (the reference's order), Y += P x over 32-key slices of x. Then
-   T = C state_z^T over 32-wide state slices (state from the scratch tensor), Y += T * exp(a_i), and
-   Y += D x; the sum is rounded to bf16 once into output[b, s, h * P + p].
-Exponentials are evaluated in fp64 and rounded to fp32 (NVRTC's fast math leaves fp64 exact).
-Sizes: head_dim at most 64 and a multiple of 4, state a multiple of 8.
+2. ``mkb_ssd_output`` (tensor cores): one CTA of 4 warps per (64 rows of a chunk, chunk, batch x
+   head), the problem-65 TIRx kernel on this layout. TIRx 0.27 has no WGMMA path for sm_90, so the
+   products use the warp-level ``mma.sync.m16n8k16`` (bf16 operands, fp32 accumulation) as a TIRx PTX
+   intrinsic with the fragments placed by hand (lane (g, t) = (lane / 4, lane % 4) holds A words
+   (row g | g + 8, k-word t | t + 4), B words (column g, k-word t | t + 4), accumulators (row
+   g | g + 8, columns 2t, 2t + 1)); operands are stored as bf16-pair words in shared-memory rows
+   padded to 36 words. For each 64-key block up to the diagonal: S = C B^T over 64-wide state slices,
+   P = S * exp(a_i - a_j) below the diagonal and 0 above, split into bf16 hi + lo in registers, and
+   Y += P x with x stored transposed (key pairs per word). Then T = C state_z^T over the same slices
+   with the fp32 state (from the scratch tensor, head dim p in the key position) split into bf16 hi
+   and lo, both through the MMA against the exact bf16 C. Epilogue: y = (Y + T exp(a_i)) + D x,
+   rounded to bf16 once. The exponentials of this kernel are the fast-math ones NVRTC builds (a few
+   ulp in fp32 on these small arguments), far below the bf16 output rounding.
+Sizes: head_dim at most 64 and a multiple of 4, state a multiple of 8; x and the output go through
+64-wide zero-padded scratch when head_dim < 64 and B, C through padded copies when state is not a
+multiple of 64 (the small shapes); the graded shape needs none.
 """
 
 import torch
@@ -31,9 +36,12 @@ import tvm
 from tvm.script import tirx as T
 
 BM = 64  # rows per output CTA and keys per block
-DC = 32  # state slice of the S and T loops
-THREADS = 256
-POOL = 4096  # fp32 words of the shared staging pool
+KS = 64  # state slice of the output kernel's products (elements)
+VW = 64  # head dims of the output kernel (padded)
+PAD = 36  # 32-bit words per shared-memory row: 32 of data and 4 of padding
+THREADS = 256  # state kernel
+OUT_THREADS = 128  # output kernel: 4 warps
+MMA = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 CHUNK = 256
 _EXES: dict = {}
 _FNS: dict = {}
@@ -47,6 +55,10 @@ def _f32(value):
 def _exp(x):
     """e^x in fp64, rounded to fp32."""
     return T.float32(T.exp(T.float64(x)))
+
+
+def _up(x, m):
+    return (x + m - 1) // m * m
 
 
 def _geometry(seqlen):
@@ -150,155 +162,197 @@ def _states_kernel(batch, seqlen, heads, head_dim, state):
 
 
 def _output_kernel(batch, seqlen, heads, head_dim, state):
+    """x / out padded to 64 head dims and B / C to a multiple of 64 state columns by the host; the
+    scratch states keep the problem's head_dim and state."""
     length, nc = _geometry(seqlen)
     bh = batch * heads
     n_tiles = (length + BM - 1) // BM
     l_pad = n_tiles * BM
-    n_slices = (state + DC - 1) // DC
-    vk = POOL // 64  # keys per x slice (64 head dims, padded)
-    scan_its = (l_pad + THREADS - 1) // THREADS
+    key_dim = _up(state, KS)
+    k_slices = key_dim // KS
 
     @T.prim_func
     def mkb_ssd_output(x_h: T.handle, a_h: T.handle, b_h: T.handle, c_h: T.handle, d_h: T.handle, hs_h: T.handle,
                        o_h: T.handle):
-        x = T.match_buffer(x_h, (batch, seqlen, heads, head_dim), "bfloat16")
+        # attention roles: q = C (queries), k = B (keys), v = x (values), o = y
+        v = T.match_buffer(x_h, (batch, seqlen, heads, VW), "bfloat16")
         a = T.match_buffer(a_h, (batch, heads, seqlen), "bfloat16")
-        bm = T.match_buffer(b_h, (batch, seqlen, 1, state), "bfloat16")
-        cm = T.match_buffer(c_h, (batch, seqlen, 1, state), "bfloat16")
+        k = T.match_buffer(b_h, (batch, seqlen, 1, key_dim), "bfloat16")
+        q = T.match_buffer(c_h, (batch, seqlen, 1, key_dim), "bfloat16")
         dv = T.match_buffer(d_h, (heads,), "bfloat16")
         hs = T.match_buffer(hs_h, (bh, nc, head_dim, state), "float32")
-        out = T.match_buffer(o_h, (batch, seqlen, heads * head_dim), "bfloat16")
+        o = T.match_buffer(o_h, (batch, seqlen, heads, VW), "bfloat16")
         T.device_entry()
-        tile, zc, z = T.cta_id([n_tiles, nc, bh])
-        tx = T.thread_id([THREADS])
-        pool = T.alloc_buffer((POOL,), "float32", scope="shared")
-        p_s = T.alloc_buffer((BM * BM,), "float32", scope="shared")
+        tile_rev, zc, z = T.cta_id([n_tiles, nc, bh])
+        tx = T.thread_id([OUT_THREADS])
+        q_s = T.alloc_buffer((BM, PAD), "uint32", scope="shared")
+        k_s = T.alloc_buffer((BM, PAD), "uint32", scope="shared")
+        vt_s = T.alloc_buffer((VW, PAD), "uint32", scope="shared")
+        acc_s = T.alloc_buffer((32,), "float32", scope="local")
+        acc_o = T.alloc_buffer((32,), "float32", scope="local")
+        acc_t = T.alloc_buffer((32,), "float32", scope="local")
+        fv = T.alloc_buffer((8,), "float32", scope="local")
+        af = T.alloc_buffer((4,), "uint32", scope="local")
+        bfr = T.alloc_buffer((16,), "uint32", scope="local")
+        ph = T.alloc_buffer((16,), "uint32", scope="local")
+        pl = T.alloc_buffer((16,), "uint32", scope="local")
+        raw = T.alloc_buffer((8,), "bfloat16", scope="local")
+        raw_w = T.decl_buffer((4,), "uint32", data=raw.data, scope="local")
+        raw1 = T.alloc_buffer((8,), "bfloat16", scope="local")
+        pair = T.alloc_buffer((2,), "bfloat16", scope="local")
+        pair_w = T.decl_buffer((1,), "uint32", data=pair.data, scope="local")
+        out = T.alloc_buffer((2,), "bfloat16", scope="local")
+        tile: T.let = n_tiles - 1 - tile_rev
+        r0: T.let = tile * BM
+        warp: T.let = tx // 32
+        lane: T.let = tx % 32
+        g: T.let = lane // 4
+        t: T.let = lane % 4
+        wr: T.let = warp * 16
         a_s = T.alloc_buffer((l_pad,), "float32", scope="shared")
         s_s = T.alloc_buffer((l_pad,), "float32", scope="shared")
-        acc_s = T.alloc_buffer((16,), "float32", scope="local")
-        acc_o = T.alloc_buffer((16,), "float32", scope="local")
-        af = T.alloc_buffer((4,), "float32", scope="local")
-        bf = T.alloc_buffer((4,), "float32", scope="local")
-        s_row = T.alloc_buffer((4,), "float32", scope="local")
-        raw = T.alloc_buffer((8,), "bfloat16", scope="local")
-        ty: T.let = tx // 16
-        tc: T.let = tx % 16
-        lrow: T.let = tx % 64
-        ld8: T.let = (tx // 64) * 8
         b: T.let = z // heads
         h: T.let = z % heads
-        r0: T.let = tile * BM
         t0: T.let = zc * length
-        # per-step decays, then cumulative sums in order
-        for it in T.unroll(scan_its):
-            p: T.let = it * THREADS + tx
-            if p < l_pad:
-                a_s[p] = T.if_then_else(p < length, T.float32(a[b, h, t0 + T.min(p, length - 1)]), _f32(0.0))
+        # per-step decays of the chunk, then each thread's cumulative sums in order
+        for it0 in T.unroll((l_pad + OUT_THREADS - 1) // OUT_THREADS):
+            p0: T.let = it0 * OUT_THREADS + tx
+            if p0 < l_pad:
+                a_s[p0] = T.if_then_else(p0 < length, T.float32(a[b, h, t0 + T.min(p0, length - 1)]), _f32(0.0))
         T.cuda.cta_sync()
-        for it in T.unroll(scan_its):
-            p2: T.let = it * THREADS + tx
-            if p2 < l_pad:
+        for it1 in T.unroll((l_pad + OUT_THREADS - 1) // OUT_THREADS):
+            p1: T.let = it1 * OUT_THREADS + tx
+            if p1 < l_pad:
                 run: T.f32 = _f32(0.0)
-                for q in range(p2 + 1):
-                    run = run + a_s[q]
-                s_s[p2] = run
+                for qq in range(p1 + 1):
+                    run = run + a_s[qq]
+                s_s[p1] = run
         T.cuda.cta_sync()
-        for i in T.unroll(4):
-            s_row[i] = s_s[r0 + ty * 4 + i]
-        for i in T.unroll(16):
+        for i in T.unroll(32):
             acc_o[i] = _f32(0.0)
-        crow: T.let = t0 + T.min(r0 + lrow, length - 1)
         for nb in range(tile + 1):
-            # ---- S = C B^T over state slices of DC
-            for i in T.unroll(16):
+            # ---- S = Q K^T over key-dimension slices of KS
+            for i in T.unroll(32):
                 acc_s[i] = _f32(0.0)
-            brow: T.let = t0 + T.min(nb * BM + lrow, length - 1)
-            for dc in T.unroll(n_slices):
-                if dc * DC + ld8 < state:
+            for ks in range(k_slices):
+                for it in T.unroll(4):
+                    u: T.let = it * OUT_THREADS + tx
                     for e in T.vectorized(8):
-                        raw[e] = cm[b, crow, 0, T.min(dc * DC + ld8, state - 8) + e]
-                    for e in T.unroll(8):
-                        pool[(ld8 + e) * BM + lrow] = T.float32(raw[e])
+                        raw[e] = q[b, t0 + T.min(r0 + u // 8, length - 1), 0, ks * KS + (u % 8) * 8 + e]
+                    for e in T.vectorized(4):
+                        q_s[u // 8, (u % 8) * 4 + e] = raw_w[e]
                     for e in T.vectorized(8):
-                        raw[e] = bm[b, brow, 0, T.min(dc * DC + ld8, state - 8) + e]
-                    for e in T.unroll(8):
-                        pool[DC * BM + (ld8 + e) * BM + lrow] = T.float32(raw[e])
-                else:
-                    for e in T.unroll(8):
-                        pool[(ld8 + e) * BM + lrow] = _f32(0.0)
-                        pool[DC * BM + (ld8 + e) * BM + lrow] = _f32(0.0)
+                        raw[e] = k[b, t0 + T.min(nb * BM + u // 8, length - 1), 0, ks * KS + (u % 8) * 8 + e]
+                    for e in T.vectorized(4):
+                        k_s[u // 8, (u % 8) * 4 + e] = raw_w[e]
                 T.cuda.cta_sync()
-                for d in T.unroll(DC):
-                    for i in T.vectorized(4):
-                        af[i] = pool[d * BM + ty * 4 + i]
-                    for j in T.vectorized(4):
-                        bf[j] = pool[DC * BM + d * BM + tc * 4 + j]
-                    for i in T.unroll(4):
-                        for j in T.unroll(4):
-                            acc_s[i * 4 + j] = acc_s[i * 4 + j] + af[i] * bf[j]
+                for kk in T.unroll(KS // 16):
+                    af[0] = q_s[wr + g, kk * 8 + t]
+                    af[1] = q_s[wr + g + 8, kk * 8 + t]
+                    af[2] = q_s[wr + g, kk * 8 + t + 4]
+                    af[3] = q_s[wr + g + 8, kk * 8 + t + 4]
+                    for nt in T.unroll(8):
+                        bfr[nt * 2 + 0] = k_s[nt * 8 + g, kk * 8 + t]
+                        bfr[nt * 2 + 1] = k_s[nt * 8 + g, kk * 8 + t + 4]
+                    for nt in T.unroll(8):
+                        T.ptx[MMA](acc_s[nt * 4 + 0], acc_s[nt * 4 + 1], acc_s[nt * 4 + 2], acc_s[nt * 4 + 3],
+                                   af[0], af[1], af[2], af[3], bfr[nt * 2 + 0], bfr[nt * 2 + 1],
+                                   acc_s[nt * 4 + 0], acc_s[nt * 4 + 1], acc_s[nt * 4 + 2], acc_s[nt * 4 + 3])
                 T.cuda.cta_sync()
-            # ---- P = S * exp(a_i - a_j) below the diagonal, 0 above
-            for i in T.unroll(4):
-                for j in T.unroll(4):
-                    key: T.let = nb * BM + tc * 4 + j
-                    acc_s[i * 4 + j] = T.if_then_else(key <= r0 + ty * 4 + i,
-                                                      acc_s[i * 4 + j] * _exp(s_row[i] - s_s[key]), _f32(0.0))
-                for j in T.vectorized(4):
-                    p_s[(ty * 4 + i) * BM + tc * 4 + j] = acc_s[i * 4 + j]
-            # ---- Y += P x over key slices of vk (x head dims padded to 64 with zeros)
-            for it2 in T.unroll(vk * 64 // THREADS):
-                u: T.let = it2 * THREADS + tx
-                vkey: T.let = u // 64
-                vd: T.let = u % 64
-                pool[u] = T.if_then_else(
-                    vd < head_dim,
-                    T.float32(x[b, t0 + T.min(nb * BM + vkey, length - 1), h, T.min(vd, head_dim - 1)]), _f32(0.0))
-            T.cuda.cta_sync()
-            for kj in T.unroll(vk):
-                for i in T.unroll(4):
-                    af[i] = p_s[(ty * 4 + i) * BM + kj]
-                for j in T.vectorized(4):
-                    bf[j] = pool[kj * 64 + tc * 4 + j]
-                for i in T.unroll(4):
-                    for j in T.unroll(4):
-                        acc_o[i * 4 + j] = acc_o[i * 4 + j] + af[i] * bf[j]
-            T.cuda.cta_sync()
-        # ---- T = C state^T over state slices (head dim p in the key position), Y += T * exp(a_i)
-        for i in T.unroll(16):
-            acc_s[i] = _f32(0.0)
-        prow: T.let = T.min(lrow, head_dim - 1)
-        for dc in T.unroll(n_slices):
-            if dc * DC + ld8 < state:
+            # ---- P = S * exp(s_i - s_j) below the diagonal; hi/lo bf16 A fragments
+            for nt in T.unroll(8):
+                for c in T.unroll(4):
+                    row: T.let = r0 + wr + g + (c // 2) * 8
+                    key: T.let = nb * BM + nt * 8 + t * 2 + c % 2
+                    acc_s[nt * 4 + c] = T.if_then_else(
+                        key <= row, acc_s[nt * 4 + c] * T.exp(s_s[row] - s_s[key]), _f32(0.0))
+            for kb in T.unroll(4):
+                for w in T.unroll(4):
+                    # word w of the A fragment: tile 2kb + w // 2, accumulator pair (w % 2) * 2
+                    for j in T.unroll(2):
+                        pair[j] = T.bfloat16(acc_s[(kb * 2 + w // 2) * 4 + (w % 2) * 2 + j])
+                    ph[kb * 4 + w] = pair_w[0]
+                    for j in T.unroll(2):
+                        pair[j] = T.bfloat16(acc_s[(kb * 2 + w // 2) * 4 + (w % 2) * 2 + j]
+                                             - T.float32(T.bfloat16(acc_s[(kb * 2 + w // 2) * 4 + (w % 2) * 2 + j])))
+                    pl[kb * 4 + w] = pair_w[0]
+            # ---- V slice of the block, transposed: vt_s[column, key pair] = (v[2p, column], v[2p + 1, column])
+            for it in T.unroll(VW * 32 // 8 // OUT_THREADS):
+                u2: T.let = it * OUT_THREADS + tx
+                kp: T.let = u2 % 32
+                cc: T.let = u2 // 32
                 for e in T.vectorized(8):
-                    raw[e] = cm[b, crow, 0, T.min(dc * DC + ld8, state - 8) + e]
+                    raw[e] = v[b, t0 + T.min(nb * BM + kp * 2, length - 1), h, cc * 8 + e]
+                for e in T.vectorized(8):
+                    raw1[e] = v[b, t0 + T.min(nb * BM + kp * 2 + 1, length - 1), h, cc * 8 + e]
                 for e in T.unroll(8):
-                    pool[(ld8 + e) * BM + lrow] = T.float32(raw[e])
-                for e in T.unroll(8):
-                    pool[DC * BM + (ld8 + e) * BM + lrow] = T.if_then_else(
-                        lrow < head_dim, hs[z, zc, prow, T.min(dc * DC + ld8, state - 8) + e], _f32(0.0))
-            else:
-                for e in T.unroll(8):
-                    pool[(ld8 + e) * BM + lrow] = _f32(0.0)
-                    pool[DC * BM + (ld8 + e) * BM + lrow] = _f32(0.0)
+                    pair[0] = raw[e]
+                    pair[1] = raw1[e]
+                    vt_s[cc * 8 + e, kp] = pair_w[0]
             T.cuda.cta_sync()
-            for d in T.unroll(DC):
-                for i in T.vectorized(4):
-                    af[i] = pool[d * BM + ty * 4 + i]
-                for j in T.vectorized(4):
-                    bf[j] = pool[DC * BM + d * BM + tc * 4 + j]
-                for i in T.unroll(4):
-                    for j in T.unroll(4):
-                        acc_s[i * 4 + j] = acc_s[i * 4 + j] + af[i] * bf[j]
+            for kb in T.unroll(4):
+                for nt in T.unroll(VW // 8):
+                    bfr[0] = vt_s[nt * 8 + g, kb * 8 + t]
+                    bfr[1] = vt_s[nt * 8 + g, kb * 8 + t + 4]
+                    T.ptx[MMA](acc_o[nt * 4 + 0], acc_o[nt * 4 + 1], acc_o[nt * 4 + 2], acc_o[nt * 4 + 3],
+                               ph[kb * 4 + 0], ph[kb * 4 + 1], ph[kb * 4 + 2], ph[kb * 4 + 3], bfr[0], bfr[1],
+                               acc_o[nt * 4 + 0], acc_o[nt * 4 + 1], acc_o[nt * 4 + 2], acc_o[nt * 4 + 3])
+                    T.ptx[MMA](acc_o[nt * 4 + 0], acc_o[nt * 4 + 1], acc_o[nt * 4 + 2], acc_o[nt * 4 + 3],
+                               pl[kb * 4 + 0], pl[kb * 4 + 1], pl[kb * 4 + 2], pl[kb * 4 + 3], bfr[0], bfr[1],
+                               acc_o[nt * 4 + 0], acc_o[nt * 4 + 1], acc_o[nt * 4 + 2], acc_o[nt * 4 + 3])
             T.cuda.cta_sync()
-        # ---- epilogue: y = (Y_diag + T exp(a_i)) + D x, rounded to bf16 once
-        for i in T.unroll(4):
-            r: T.let = r0 + ty * 4 + i
-            if r < length and tc * 4 < head_dim:
-                for j in T.unroll(4):
-                    acc_o[i * 4 + j] = (acc_o[i * 4 + j] + acc_s[i * 4 + j] * _exp(s_row[i])) + (
-                        T.float32(dv[h]) * T.float32(x[b, t0 + r, h, T.min(tc * 4 + j, head_dim - 1)]))
-                for j in T.vectorized(4):
-                    out[b, t0 + r, h * head_dim + T.min(tc * 4, head_dim - 4) + j] = T.bfloat16(acc_o[i * 4 + j])
+        # ---- T = C state^T (head dim p in the key position) with the fp32 state split into bf16 hi and lo
+        for i in T.unroll(32):
+            acc_t[i] = _f32(0.0)
+        for ks2 in range(k_slices):
+            for part in T.unroll(2):
+                for it3 in T.unroll(4):
+                    u3: T.let = it3 * OUT_THREADS + tx
+                    n0: T.let = ks2 * KS + (u3 % 8) * 8
+                    if part == 0:
+                        for e in T.vectorized(8):
+                            raw[e] = q[b, t0 + T.min(r0 + u3 // 8, length - 1), 0, n0 + e]
+                        for e in T.vectorized(4):
+                            q_s[u3 // 8, (u3 % 8) * 4 + e] = raw_w[e]
+                    if n0 < state:
+                        for e in T.vectorized(4):
+                            fv[e] = hs[z, zc, T.min(u3 // 8, head_dim - 1), T.min(n0, state - 8) + e]
+                        for e in T.vectorized(4):
+                            fv[4 + e] = hs[z, zc, T.min(u3 // 8, head_dim - 1), T.min(n0, state - 8) + 4 + e]
+                    else:
+                        for e in T.unroll(8):
+                            fv[e] = _f32(0.0)
+                    for e in T.unroll(8):
+                        if part == 0:
+                            raw[e] = T.bfloat16(fv[e])
+                        else:
+                            raw[e] = T.bfloat16(fv[e] - T.float32(T.bfloat16(fv[e])))
+                    for e in T.vectorized(4):
+                        k_s[u3 // 8, (u3 % 8) * 4 + e] = raw_w[e]
+                T.cuda.cta_sync()
+                for kk in T.unroll(KS // 16):
+                    af[0] = q_s[wr + g, kk * 8 + t]
+                    af[1] = q_s[wr + g + 8, kk * 8 + t]
+                    af[2] = q_s[wr + g, kk * 8 + t + 4]
+                    af[3] = q_s[wr + g + 8, kk * 8 + t + 4]
+                    for nt in T.unroll(8):
+                        bfr[nt * 2 + 0] = k_s[nt * 8 + g, kk * 8 + t]
+                        bfr[nt * 2 + 1] = k_s[nt * 8 + g, kk * 8 + t + 4]
+                    for nt in T.unroll(8):
+                        T.ptx[MMA](acc_t[nt * 4 + 0], acc_t[nt * 4 + 1], acc_t[nt * 4 + 2], acc_t[nt * 4 + 3],
+                                   af[0], af[1], af[2], af[3], bfr[nt * 2 + 0], bfr[nt * 2 + 1],
+                                   acc_t[nt * 4 + 0], acc_t[nt * 4 + 1], acc_t[nt * 4 + 2], acc_t[nt * 4 + 3])
+                T.cuda.cta_sync()
+        # ---- epilogue: y = (Y_diag + T exp(a_i)) + D x as bf16 pairs (row g | g + 8, columns 2t, 2t + 1)
+        for hr in T.unroll(2):
+            orow: T.let = r0 + wr + g + hr * 8
+            if orow < length:
+                for nt in T.unroll(VW // 8):
+                    for j in T.unroll(2):
+                        out[j] = T.bfloat16((acc_o[nt * 4 + hr * 2 + j] + acc_t[nt * 4 + hr * 2 + j] * T.exp(s_s[orow]))
+                                            + T.float32(dv[h]) * T.float32(v[b, t0 + orow, h, nt * 8 + t * 2 + j]))
+                    for j in T.vectorized(2):
+                        o[b, t0 + orow, h, nt * 8 + t * 2 + j] = out[j]
 
     return mkb_ssd_output
 
@@ -330,19 +384,34 @@ def _kernel_fn(kind, shape):
     return _FNS[key]
 
 
+def _padded(t, size):
+    """t with its last dimension zero-padded to size (a scratch copy only when needed)."""
+    if t.shape[-1] == size:
+        return t.contiguous()
+    out = torch.zeros(*t.shape[:-1], size, dtype=t.dtype, device=t.device)
+    out[..., :t.shape[-1]] = t
+    return out
+
+
 def solve(hidden_states, A, B, C, D, initial_states):
     batch, seqlen, heads, head_dim = hidden_states.shape
     state = B.shape[3]
-    if head_dim > 64 or head_dim % 4 or state % 8:
+    if head_dim > VW or head_dim % 4 or state % 8:
         raise ValueError("this kernel expects head_dim <= 64 and a multiple of 4, state a multiple of 8")
     length, nc = _geometry(seqlen)
-    output = torch.empty(batch, seqlen, heads * head_dim, dtype=torch.bfloat16, device=hidden_states.device)
-    final = torch.empty(batch, heads, head_dim, state, dtype=torch.bfloat16, device=hidden_states.device)
-    states = torch.empty(batch * heads, nc, head_dim, state, dtype=torch.float32, device=hidden_states.device)
+    dev = hidden_states.device
+    output = torch.empty(batch, seqlen, heads * head_dim, dtype=torch.bfloat16, device=dev)
+    final = torch.empty(batch, heads, head_dim, state, dtype=torch.bfloat16, device=dev)
+    states = torch.empty(batch * heads, nc, head_dim, state, dtype=torch.float32, device=dev)
     shape = (batch, seqlen, heads, head_dim, state)
-    x, a, b, c = hidden_states.contiguous(), A.contiguous(), B.contiguous(), C.contiguous()
+    x, a, b = hidden_states.contiguous(), A.contiguous(), B.contiguous()
     _kernel_fn("states", shape)(x, a, b, initial_states.contiguous(), states, final)
-    _kernel_fn("output", shape)(x, a, b, c, D.contiguous(), states, output)
+    n_pad = _up(state, KS)
+    xo = _padded(x, VW)
+    yo = output.view(batch, seqlen, heads, head_dim) if head_dim == VW else torch.empty_like(xo)
+    _kernel_fn("output", shape)(xo, a, _padded(b, n_pad), _padded(C, n_pad), D.contiguous(), states, yo)
+    if head_dim != VW:  # the small shapes: the padded scratch back into the output
+        output.view(batch, seqlen, heads, head_dim).copy_(yo[..., :head_dim])
     return output, final
 
 

@@ -23,14 +23,18 @@ def test_cutedsl_compiles(tmp_path):
 
 def test_tirx_sources():
     # state pass: the state entering each chunk written as float4, exponentials in fp64; output pass:
-    # 16-byte C/B loads, float4 shared-memory reads of the SIMT loops, bf16 output
+    # hand-placed mma.sync fragments, 16-byte C/B/x loads, hi/lo bf16 splits of P and of the state
     sources = check_tirx_sources(STEM, ["mkb_ssd_states_kernel", "mkb_ssd_output_kernel"], [
-        "*(float4*)(hs_ptr + ", "exp(((double)", "*(uint4*)(raw_ptr + 0) = *(uint4*)(cm_ptr",
-        "*(uint4*)(raw_ptr + 0) = *(uint4*)(bm_ptr", "*(float4*)(af_ptr + 0) = *(float4*)(pool_ptr",
-        "*(float4*)(bf_ptr + 0) = *(float4*)(pool_ptr", "__launch_bounds__(256)"])
-    for source in sources.values():
-        body = source[source.index('extern "C" __global__'):]
-        assert "expf(" not in body and "mma.sync" not in body
+        "*(float4*)(hs_ptr + ", "exp(((double)", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+        "*(uint4*)(raw_ptr + 0) = *(uint4*)(q_ptr", "*(uint4*)(raw_ptr + 0) = *(uint4*)(k_ptr",
+        "*(uint4*)(raw_ptr + 0) = *(uint4*)(v_ptr", "*(float4*)(fv_ptr + 0) = *(float4*)(hs_ptr",
+        "pair_ptr[0] = ((nv_bfloat16)(acc_s_ptr[0] - ((float)((nv_bfloat16)acc_s_ptr[0]))));",
+        "raw_ptr[0] = ((nv_bfloat16)(fv_ptr[0] - ((float)((nv_bfloat16)fv_ptr[0]))));",
+        "__launch_bounds__(256)", "__launch_bounds__(128)"])
+    out = sources["mkb_ssd_output_kernel"]
+    calls = out.count("tvm_builtin_ptx_mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32(acc_")
+    # C B^T (4 k16 steps x 8 tiles per slice), P x (4 x 8 x hi/lo), C state^T (2 parts x 4 x 8)
+    assert calls == 32 + 64 + 64
 
 
 @pytest.mark.slow
