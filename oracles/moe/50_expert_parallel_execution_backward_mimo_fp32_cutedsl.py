@@ -2,32 +2,33 @@
 
 The (token, slot) pairs are sorted by expert on the host (a stable argsort of the expert ids, the
 per-expert counts and offsets, each sorted row's token and routing weight: small index glue); every
-intermediate is kept in that sorted row order. All arithmetic runs in DSL kernels, in fp32 on the
-CUDA cores (the reference is strict fp32; TF32 tensor cores would be far too coarse).
+intermediate is kept in that sorted row order. All arithmetic runs in DSL kernels on the CUDA cores
+(the reference is strict fp32; TF32 tensor cores would be far too coarse). Every long sum multiplies
+the fp32 operands exactly in fp64 and accumulates in fp64, rounding once to fp32: the gradients are
+checked row by row against a float64 anchor, and rows fed by an expert's few tokens leave little
+slack, so the sums are made nearly exact (an emulation with fp32 chunk sums failed that row check,
+the fp64 sums pass it). The elementwise steps between the products are fp32, as in the reference.
 
 ``moe_rows_kernel``: per expert e, its sorted rows times the expert's weight, one CTA per (32-row
-tile, 64-column tile, expert); 256 threads, each 2 rows x 4 columns. K advances in slices of 32
-staged K-major in shared memory (coalesced global reads, padded rows); the sums are two-level: each
-128-value chunk is summed from zero and then added to the running total, which keeps the fp32 error
-of the long sums (K = 4096) near a blocked library GEMM's. The A rows are gathered through a row map
-(the token of each sorted pair) and optionally scaled by a per-row factor as they are staged
-(d_out = w * dY, one fp32 product as in the reference). The weight is read either as [N, K] (x W^T)
-or as [K, N] (x W). Built four ways:
-- gate/up: g = x W_g^T and up = x W_u^T (two accumulators), epilogue sig = 1 / (1 + exp(-g)),
-  a = g sig, inter = a up; g, up and inter are stored;
+tile, 64-column tile, expert); 256 threads, each 2 rows x 4 columns (fp64 accumulators). K advances
+in slices of 32 staged K-major in shared memory (coalesced global reads, padded rows). The A rows
+are gathered through a row map (the token of each sorted pair) and optionally scaled by a per-row
+factor as they are staged (d_out = w * dY, one fp32 product as in the reference). The weight is read
+either as [N, K] (x W^T) or as [K, N] (x W). Built four ways:
+- gate/up: g = x W_g^T and up = x W_u^T (two accumulators, each rounded to fp32), epilogue
+  sig = 1 / (1 + exp(-g)), a = g sig, inter = a up; g, up and inter are stored;
 - down: out = inter W_d^T;
-- d_inter = d_out W_d, epilogue d_up = d_inter a, d_g = d_inter up sig (1 + g (1 - sig)) (g and up
-  re-read, sig recomputed identically);
-- d_x = d_g W_g + d_up W_u (two accumulators added at the end, as the reference's two products).
+- d_inter = d_out W_d (rounded to fp32), epilogue d_up = d_inter a, d_g = d_inter up sig
+  (1 + g (1 - sig)) (g and up re-read, sig recomputed identically);
+- d_x = d_g W_g + d_up W_u (the two fp64 sums added, then rounded).
 
 ``moe_wgrad_kernel``: per expert, G[e] = P^T Q over the expert's rows (dW_g = d_g^T x,
 dW_u = d_up^T x, dW_d = d_out^T inter), one CTA per (64 x 64 output tile, expert), each thread a
-4 x 4 block; the expert's rows are staged 16 at a time and summed in row order (an expert has a few
-dozen rows). Experts without rows get zero gradients.
+4 x 4 block of fp64 sums; the expert's rows are staged 16 at a time. Experts without rows get zeros.
 
 ``moe_combine_kernel``: one CTA per token: grad_hidden[t] = sum over the slots in slot order of the
-pair rows of d_x, and grad_topk_weights[t, k] = dY[t] . out[pair] (per-thread partial sums, warp
-shuffles, then the 8 warp totals in shared memory).
+pair rows of d_x (fp32), and grad_topk_weights[t, k] = dY[t] . out[pair] (fp64 per-thread partial
+sums, warp shuffles, then the 8 warp totals in shared memory, rounded once).
 """
 
 import cutlass
@@ -39,7 +40,6 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 # The graded workload (the problem's make_inputs defaults), for compile-only checks.
 WORKLOAD = dict(tokens=256, hidden=4096, inter=1024, experts=128, top_k=8)
 _BM, _BN, _BK = 32, 64, 32
-_FOLD = 4  # K slices (128 values) summed from zero before they are added to the total
 _THREADS = 256
 _WT = 64  # weight-gradient tile (64 x 64)
 _WR = 16  # rows staged per step in the weight-gradient kernel
@@ -74,14 +74,10 @@ def moe_rows_kernel(a1: cute.Tensor, a2: cute.Tensor, rowmap: cute.Tensor, rowsc
         sw2 = smem.allocate_tensor(cutlass.Float32, cute.make_layout((_BK, _BN), stride=(_BN + 1, 1)), 16)
         ty = tidx // 16
         tx = tidx % 16
-        tot1 = cute.make_rmem_tensor((8,), cutlass.Float32)
-        tot2 = cute.make_rmem_tensor((8,), cutlass.Float32)
-        ch1 = cute.make_rmem_tensor((8,), cutlass.Float32)
-        ch2 = cute.make_rmem_tensor((8,), cutlass.Float32)
+        tot1 = cute.make_rmem_tensor((8,), cutlass.Float64)
+        tot2 = cute.make_rmem_tensor((8,), cutlass.Float64)
         tot1.fill(0.0)
         tot2.fill(0.0)
-        ch1.fill(0.0)
-        ch2.fill(0.0)
         k_tiles = (k_dim + _BK - 1) // _BK
         for kt in range(k_tiles):
             k0 = kt * _BK
@@ -132,16 +128,10 @@ def moe_rows_kernel(a1: cute.Tensor, a2: cute.Tensor, rowmap: cute.Tensor, rowsc
                     if cutlass.const_expr(dual and mode == _MODE_DX):
                         av2 = sa2[kk, ty * 2 + i]
                     for c in cutlass.range_constexpr(4):
-                        ch1[i * 4 + c] = ch1[i * 4 + c] + av1 * sw1[kk, tx * 4 + c]
+                        tot1[i * 4 + c] = tot1[i * 4 + c] + cutlass.Float64(av1) * cutlass.Float64(sw1[kk, tx * 4 + c])
                         if cutlass.const_expr(dual):
-                            ch2[i * 4 + c] = ch2[i * 4 + c] + av2 * sw2[kk, tx * 4 + c]
-            if (kt % _FOLD == _FOLD - 1) | (kt == k_tiles - 1):
-                for i in cutlass.range_constexpr(8):
-                    tot1[i] = tot1[i] + ch1[i]
-                    ch1[i] = cutlass.Float32(0.0)
-                    if cutlass.const_expr(dual):
-                        tot2[i] = tot2[i] + ch2[i]
-                        ch2[i] = cutlass.Float32(0.0)
+                            tot2[i * 4 + c] = tot2[i * 4 + c] + (cutlass.Float64(av2)
+                                                                 * cutlass.Float64(sw2[kk, tx * 4 + c]))
         # epilogue
         for i in cutlass.range_constexpr(2):
             m = m0 + ty * 2 + i
@@ -150,23 +140,23 @@ def moe_rows_kernel(a1: cute.Tensor, a2: cute.Tensor, rowmap: cute.Tensor, rowsc
                 if (m < rows) & (n < n_dim):
                     s = row0 + m
                     if cutlass.const_expr(mode == _MODE_PLAIN):
-                        c1[s, n] = tot1[i * 4 + c]
+                        c1[s, n] = cutlass.Float32(tot1[i * 4 + c])
                     if cutlass.const_expr(mode == _MODE_GATE_UP):
-                        g = tot1[i * 4 + c]
-                        u = tot2[i * 4 + c]
+                        g = cutlass.Float32(tot1[i * 4 + c])
+                        u = cutlass.Float32(tot2[i * 4 + c])
                         act = g * _sigmoid(g)
                         c1[s, n] = g
                         c2[s, n] = u
                         c3[s, n] = act * u
                     if cutlass.const_expr(mode == _MODE_DINTER):
-                        d = tot1[i * 4 + c]
+                        d = cutlass.Float32(tot1[i * 4 + c])
                         g = e1[s, n]
                         u = e2[s, n]
                         sig = _sigmoid(g)
                         c2[s, n] = d * (g * sig)
                         c1[s, n] = d * u * sig * (cutlass.Float32(1.0) + g * (cutlass.Float32(1.0) - sig))
                     if cutlass.const_expr(mode == _MODE_DX):
-                        c1[s, n] = tot1[i * 4 + c] + tot2[i * 4 + c]
+                        c1[s, n] = cutlass.Float32(tot1[i * 4 + c] + tot2[i * 4 + c])
 
 
 @cute.kernel
@@ -186,7 +176,7 @@ def moe_wgrad_kernel(p: cute.Tensor, pmap: cute.Tensor, pscale: cute.Tensor, q: 
     sq = smem.allocate_tensor(cutlass.Float32, cute.make_layout((_WR, _WT), stride=(_WT, 1)), 16)
     ti = tidx // 16
     tj = tidx % 16
-    acc = cute.make_rmem_tensor((16,), cutlass.Float32)
+    acc = cute.make_rmem_tensor((16,), cutlass.Float64)
     acc.fill(0.0)
     for r0 in range(0, rows, _WR):
         cute.arch.sync_threads()
@@ -211,13 +201,13 @@ def moe_wgrad_kernel(p: cute.Tensor, pmap: cute.Tensor, pscale: cute.Tensor, q: 
             for a in cutlass.range_constexpr(4):
                 pa = sp[r, ti * 4 + a]
                 for b in cutlass.range_constexpr(4):
-                    acc[a * 4 + b] = acc[a * 4 + b] + pa * sq[r, tj * 4 + b]
+                    acc[a * 4 + b] = acc[a * 4 + b] + cutlass.Float64(pa) * cutlass.Float64(sq[r, tj * 4 + b])
     for a in cutlass.range_constexpr(4):
         for b in cutlass.range_constexpr(4):
             i = i0 + ti * 4 + a
             jj = j0 + tj * 4 + b
             if (i < n1) & (jj < n2):
-                grad[e, i, jj] = acc[a * 4 + b]
+                grad[e, i, jj] = cutlass.Float32(acc[a * 4 + b])
 
 
 @cute.kernel
@@ -230,7 +220,7 @@ def moe_combine_kernel(dx: cute.Tensor, out: cute.Tensor, dy: cute.Tensor, pos: 
     warp = cute.arch.warp_idx()
     hidden = cute.size(dy, mode=[1])
     smem = cutlass.memory.SmemAllocator()
-    red = smem.allocate_tensor(cutlass.Float32, cute.make_layout((_THREADS // 32,)), 16)
+    red = smem.allocate_tensor(cutlass.Float64, cute.make_layout((_THREADS // 32,)), 16)
     for c in range(tidx, hidden, _THREADS):
         total = cutlass.Float32(0.0)
         for k in cutlass.range_constexpr(top_k):
@@ -238,9 +228,9 @@ def moe_combine_kernel(dx: cute.Tensor, out: cute.Tensor, dy: cute.Tensor, pos: 
         grad_x[t, c] = total
     for k in cutlass.range_constexpr(top_k):
         s = pos[t, k]
-        part = cutlass.Float32(0.0)
+        part = cutlass.Float64(0.0)
         for c in range(tidx, hidden, _THREADS):
-            part = part + dy[t, c] * out[s, c]
+            part = part + cutlass.Float64(dy[t, c]) * cutlass.Float64(out[s, c])
         part = cute.arch.warp_reduction_sum(part)
         cute.arch.sync_threads()
         if lane == 0:
@@ -250,7 +240,7 @@ def moe_combine_kernel(dx: cute.Tensor, out: cute.Tensor, dy: cute.Tensor, pos: 
             total = red[0]
             for i in cutlass.range_constexpr(1, _THREADS // 32):
                 total = total + red[i]
-            grad_w[t, k] = total
+            grad_w[t, k] = cutlass.Float32(total)
 
 
 @cute.jit
@@ -283,7 +273,7 @@ def moe_combine(dx: cute.Tensor, out: cute.Tensor, dy: cute.Tensor, pos: cute.Te
                 grad_w: cute.Tensor, top_k: cutlass.Constexpr, stream: cuda.CUstream):
     tokens = cute.size(dy, mode=[0])
     moe_combine_kernel(dx, out, dy, pos, grad_x, grad_w, top_k).launch(
-        grid=[tokens, 1, 1], block=[_THREADS, 1, 1], smem=_THREADS // 32 * 4 + 64, stream=stream)
+        grid=[tokens, 1, 1], block=[_THREADS, 1, 1], smem=_THREADS // 32 * 8 + 64, stream=stream)
 
 
 def _rm(shape):

@@ -2,35 +2,36 @@
 
 The (token, slot) pairs are sorted by expert on the host (a stable argsort of the expert ids, the
 per-expert counts and offsets, each sorted row's token and routing weight: small index glue); every
-intermediate is kept in that sorted row order. All arithmetic runs in TIRx kernels, in fp32 on the
-CUDA cores (the reference is strict fp32; tensor cores in TIRx 0.27 take bf16/f16 operands, far
-too coarse here).
+intermediate is kept in that sorted row order. All arithmetic runs in TIRx kernels on the CUDA cores
+(the reference is strict fp32; tensor cores in TIRx 0.27 take bf16/f16 operands, far too coarse).
+Every long sum multiplies the fp32 operands exactly in fp64 and accumulates in fp64, rounding once
+to fp32: the gradients are checked row by row against a float64 anchor, and rows fed by an expert's
+few tokens leave little slack, so the sums are made nearly exact (an emulation with fp32 chunk sums
+failed that row check, the fp64 sums pass it). The elementwise steps between the products are fp32,
+as in the reference.
 
 ``mkb_moe_rows_<build>``: per expert e, its sorted rows times the expert's weight, one CTA per
-(32-row tile, 64-column tile, expert); 256 threads, each 2 rows x 4 columns. K advances in slices of
-32 staged K-major in shared memory (coalesced global reads, padded rows); the sums are two-level:
-each 128-value chunk is summed from zero and then added to the running total, which keeps the fp32
-error of the long sums (K = 4096) near a blocked library GEMM's. The A rows are gathered through a
-row map (the token of each sorted pair) and optionally scaled by a per-row factor as they are
-staged (d_out = w * dY, one fp32 product as in the reference). The weight is read either as [N, K]
-(x W^T) or as [K, N] (x W). Builds:
-- gate_up: g = x W_g^T and up = x W_u^T (two accumulators), epilogue sig = 1 / (1 + exp(-g)),
-  a = g sig, inter = a up; g, up and inter are stored;
+(32-row tile, 64-column tile, expert); 256 threads, each 2 rows x 4 columns (fp64 accumulators).
+K advances in slices of 32 staged K-major in shared memory (coalesced global reads, padded rows).
+The A rows are gathered through a row map (the token of each sorted pair) and optionally scaled by a
+per-row factor as they are staged (d_out = w * dY, one fp32 product as in the reference). The weight
+is read either as [N, K] (x W^T) or as [K, N] (x W). Builds:
+- gate_up: g = x W_g^T and up = x W_u^T (two accumulators, each rounded to fp32), epilogue
+  sig = 1 / (1 + exp(-g)), a = g sig, inter = a up; g, up and inter are stored;
 - down: out = inter W_d^T;
-- d_inter = d_out W_d, epilogue d_up = d_inter a, d_g = d_inter up sig (1 + g (1 - sig)) (g and up
-  re-read, sig recomputed identically);
-- d_x = d_g W_g + d_up W_u (two accumulators added at the end, as the reference's two products).
+- d_inter = d_out W_d (rounded to fp32), epilogue d_up = d_inter a, d_g = d_inter up sig
+  (1 + g (1 - sig)) (g and up re-read, sig recomputed identically);
+- d_x = d_g W_g + d_up W_u (the two fp64 sums added, then rounded).
 NVRTC compiles with --use_fast_math, so the sigmoid uses a precise polynomial exp and the IEEE
 division by name (``div.rn.f32``).
 
 ``mkb_moe_wgrad_<build>``: per expert, G[e] = P^T Q over the expert's rows (dW_g = d_g^T x,
 dW_u = d_up^T x, dW_d = d_out^T inter), one CTA per (64 x 64 output tile, expert), each thread a
-4 x 4 block; the expert's rows are staged 16 at a time and summed in row order. Experts without
-rows get zero gradients.
+4 x 4 block of fp64 sums; the expert's rows are staged 16 at a time. Experts without rows get zeros.
 
 ``mkb_moe_combine``: one CTA per token: grad_hidden[t] = sum over the slots in slot order of the pair
-rows of d_x, and grad_topk_weights[t, k] = dY[t] . out[pair] (per-thread partial sums, warp
-shuffles, then the 8 warp totals in shared memory).
+rows of d_x (fp32), and grad_topk_weights[t, k] = dY[t] . out[pair] (fp64 per-thread partial sums,
+xor shuffles, then the 8 warp totals in shared memory, rounded once).
 """
 
 import torch
@@ -38,7 +39,6 @@ import tvm
 from tvm.script import tirx as T
 
 BM, BN, BK = 32, 64, 32
-FOLD = 4  # K slices (128 values) summed from zero before they are added to the total
 THREADS = 256
 WT = 64  # weight-gradient tile (64 x 64)
 WR = 16  # rows staged per step in the weight-gradient kernel
@@ -127,10 +127,8 @@ def _rows_kernel(build, tokens, hidden, inter, experts, top_k):
         sa2 = T.alloc_buffer((BK, BM + 1), "float32", scope="shared")
         sw1 = T.alloc_buffer((BK, BN + 1), "float32", scope="shared")
         sw2 = T.alloc_buffer((BK, BN + 1), "float32", scope="shared")
-        tot1 = T.alloc_buffer((8,), "float32", scope="local")
-        tot2 = T.alloc_buffer((8,), "float32", scope="local")
-        ch1 = T.alloc_buffer((8,), "float32", scope="local")
-        ch2 = T.alloc_buffer((8,), "float32", scope="local")
+        tot1 = T.alloc_buffer((8,), "float64", scope="local")
+        tot2 = T.alloc_buffer((8,), "float64", scope="local")
         tmp = T.alloc_buffer((2,), "float32", scope="local")
         row0: T.let = OFFS[e]
         rows: T.let = OFFS[e + 1] - OFFS[e]
@@ -140,10 +138,8 @@ def _rows_kernel(build, tokens, hidden, inter, experts, top_k):
         tc: T.let = tx % 16
         if m0 < rows:
             for i in T.unroll(8):
-                tot1[i] = _f32(0.0)
-                tot2[i] = _f32(0.0)
-                ch1[i] = _f32(0.0)
-                ch2[i] = _f32(0.0)
+                tot1[i] = T.float64(0.0)
+                tot2[i] = T.float64(0.0)
             for kt in range(k_tiles):
                 T.cuda.cta_sync()
                 # A tile: 32 rows x 32 k, 4 per thread, coalesced along k; stored K-major
@@ -184,18 +180,15 @@ def _rows_kernel(build, tokens, hidden, inter, experts, top_k):
                 for kk2 in T.unroll(BK):
                     for i in T.unroll(2):
                         for c in T.unroll(4):
-                            ch1[i * 4 + c] = ch1[i * 4 + c] + sa1[kk2, ty * 2 + i] * sw1[kk2, tc * 4 + c]
+                            tot1[i * 4 + c] = tot1[i * 4 + c] + T.float64(sa1[kk2, ty * 2 + i]) * T.float64(
+                                sw1[kk2, tc * 4 + c])
                             if dual:
                                 if mode == "d_x":
-                                    ch2[i * 4 + c] = ch2[i * 4 + c] + sa2[kk2, ty * 2 + i] * sw2[kk2, tc * 4 + c]
+                                    tot2[i * 4 + c] = tot2[i * 4 + c] + T.float64(sa2[kk2, ty * 2 + i]) * T.float64(
+                                        sw2[kk2, tc * 4 + c])
                                 else:
-                                    ch2[i * 4 + c] = ch2[i * 4 + c] + sa1[kk2, ty * 2 + i] * sw2[kk2, tc * 4 + c]
-                if kt % FOLD == FOLD - 1 or kt == k_tiles - 1:
-                    for i in T.unroll(8):
-                        tot1[i] = tot1[i] + ch1[i]
-                        ch1[i] = _f32(0.0)
-                        tot2[i] = tot2[i] + ch2[i]
-                        ch2[i] = _f32(0.0)
+                                    tot2[i * 4 + c] = tot2[i * 4 + c] + T.float64(sa1[kk2, ty * 2 + i]) * T.float64(
+                                        sw2[kk2, tc * 4 + c])
             # epilogue
             for i in T.unroll(2):
                 for c in T.unroll(4):
@@ -203,19 +196,20 @@ def _rows_kernel(build, tokens, hidden, inter, experts, top_k):
                         s: T.let = row0 + m0 + ty * 2 + i
                         n: T.let = n0 + tc * 4 + c
                         if mode == "plain":
-                            C1[s, n] = tot1[i * 4 + c]
+                            C1[s, n] = T.float32(tot1[i * 4 + c])
                         elif mode == "gate_up":
-                            T.ptx["div.rn.f32"](tmp[0], _f32(1.0), _f32(1.0) + exp_precise(_f32(0.0) - tot1[i * 4 + c]))
-                            C1[s, n] = tot1[i * 4 + c]
-                            C2[s, n] = tot2[i * 4 + c]
-                            C3[s, n] = tot1[i * 4 + c] * tmp[0] * tot2[i * 4 + c]
+                            tmp[1] = T.float32(tot1[i * 4 + c])
+                            T.ptx["div.rn.f32"](tmp[0], _f32(1.0), _f32(1.0) + exp_precise(_f32(0.0) - tmp[1]))
+                            C1[s, n] = tmp[1]
+                            C2[s, n] = T.float32(tot2[i * 4 + c])
+                            C3[s, n] = tmp[1] * tmp[0] * T.float32(tot2[i * 4 + c])
                         elif mode == "d_inter":
+                            tmp[1] = T.float32(tot1[i * 4 + c])
                             T.ptx["div.rn.f32"](tmp[0], _f32(1.0), _f32(1.0) + exp_precise(_f32(0.0) - E1[s, n]))
-                            C2[s, n] = tot1[i * 4 + c] * (E1[s, n] * tmp[0])
-                            C1[s, n] = tot1[i * 4 + c] * E2[s, n] * tmp[0] * (
-                                _f32(1.0) + E1[s, n] * (_f32(1.0) - tmp[0]))
+                            C2[s, n] = tmp[1] * (E1[s, n] * tmp[0])
+                            C1[s, n] = tmp[1] * E2[s, n] * tmp[0] * (_f32(1.0) + E1[s, n] * (_f32(1.0) - tmp[0]))
                         else:
-                            C1[s, n] = tot1[i * 4 + c] + tot2[i * 4 + c]
+                            C1[s, n] = T.float32(tot1[i * 4 + c] + tot2[i * 4 + c])
 
     return mkb_moe_rows.with_attr("global_symbol", f"mkb_moe_rows_{build}")
 
@@ -242,7 +236,7 @@ def _wgrad_kernel(build, tokens, hidden, inter, experts, top_k):
         tx = T.thread_id([THREADS])
         sp = T.alloc_buffer((WR, WT), "float32", scope="shared")
         sq = T.alloc_buffer((WR, WT), "float32", scope="shared")
-        acc = T.alloc_buffer((16,), "float32", scope="local")
+        acc = T.alloc_buffer((16,), "float64", scope="local")
         row0: T.let = OFFS[e]
         rows: T.let = OFFS[e + 1] - OFFS[e]
         i0: T.let = it * WT
@@ -250,7 +244,7 @@ def _wgrad_kernel(build, tokens, hidden, inter, experts, top_k):
         ti: T.let = tx // 16
         tj: T.let = tx % 16
         for i in T.unroll(16):
-            acc[i] = _f32(0.0)
+            acc[i] = T.float64(0.0)
         for rt in range((rows + WR - 1) // WR):
             T.cuda.cta_sync()
             for j in T.unroll(WR * WT // THREADS):
@@ -267,11 +261,12 @@ def _wgrad_kernel(build, tokens, hidden, inter, experts, top_k):
             for r2 in T.unroll(WR):
                 for a in T.unroll(4):
                     for b in T.unroll(4):
-                        acc[a * 4 + b] = acc[a * 4 + b] + sp[r2, ti * 4 + a] * sq[r2, tj * 4 + b]
+                        acc[a * 4 + b] = acc[a * 4 + b] + T.float64(sp[r2, ti * 4 + a]) * T.float64(
+                            sq[r2, tj * 4 + b])
         for a in T.unroll(4):
             for b in T.unroll(4):
                 if i0 + ti * 4 + a < n1 and j0 + tj * 4 + b < n2:
-                    G[e, i0 + ti * 4 + a, j0 + tj * 4 + b] = acc[a * 4 + b]
+                    G[e, i0 + ti * 4 + a, j0 + tj * 4 + b] = T.float32(acc[a * 4 + b])
 
     return mkb_moe_wgrad.with_attr("global_symbol", f"mkb_moe_{build}")
 
@@ -291,8 +286,9 @@ def _combine_kernel(tokens, hidden, inter, experts, top_k):
         T.device_entry()
         t = T.cta_id([tokens])
         tx = T.thread_id([THREADS])
-        red = T.alloc_buffer((THREADS // 32,), "float32", scope="shared")
-        acc = T.alloc_buffer((2,), "float32", scope="local")
+        red = T.alloc_buffer((THREADS // 32,), "float64", scope="shared")
+        acc = T.alloc_buffer((1,), "float32", scope="local")
+        dot = T.alloc_buffer((1,), "float64", scope="local")
         for it in range((hidden + THREADS - 1) // THREADS):
             if it * THREADS + tx < hidden:
                 acc[0] = _f32(0.0)
@@ -300,20 +296,22 @@ def _combine_kernel(tokens, hidden, inter, experts, top_k):
                     acc[0] = acc[0] + DX[POS[t, k], it * THREADS + tx]
                 GX[t, it * THREADS + tx] = acc[0]
         for k in T.unroll(top_k):
-            acc[1] = _f32(0.0)
+            dot[0] = T.float64(0.0)
             for it in range((hidden + THREADS - 1) // THREADS):
                 if it * THREADS + tx < hidden:
-                    acc[1] = acc[1] + DY[t, it * THREADS + tx] * OUT[POS[t, k], it * THREADS + tx]
-            part: T.f32 = T.cuda.warp_sum(acc[1])
+                    dot[0] = dot[0] + T.float64(DY[t, it * THREADS + tx]) * T.float64(OUT[POS[t, k], it * THREADS + tx])
+            for i in T.unroll(5):
+                other: T.float64 = T.cuda.__shfl_xor_sync(T.uint32(0xFFFFFFFF), dot[0], T.shift_right(16, i), 32)
+                dot[0] = dot[0] + other
             T.cuda.cta_sync()
             if tx % 32 == 0:
-                red[tx // 32] = part
+                red[tx // 32] = dot[0]
             T.cuda.cta_sync()
             if tx == 0:
-                acc[1] = red[0]
+                dot[0] = red[0]
                 for i in T.unroll(1, THREADS // 32):
-                    acc[1] = acc[1] + red[i]
-                GW[t, k] = acc[1]
+                    dot[0] = dot[0] + red[i]
+                GW[t, k] = T.float32(dot[0])
 
     return mkb_moe_combine
 

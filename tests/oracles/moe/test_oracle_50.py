@@ -9,11 +9,11 @@ STEM = "50_expert_parallel_execution_backward_mimo_fp32"
 
 
 def test_cutedsl_compiles(tmp_path):
-    # fp32 FMAs on the CUDA cores, shared-memory staging with barriers, the sigmoid's exp and correctly
-    # rounded reciprocal, warp shuffles for the routing-weight gradient; 256-thread CTAs throughout
+    # fp64 FMAs of the fp32 operands rounded once to fp32, shared-memory staging with barriers, the
+    # sigmoid's exp and correctly rounded reciprocal, warp shuffles for the routing-weight gradient
     check_cutedsl_compiles(STEM, ["moe_rows_kernel"] * 4 + ["moe_wgrad_kernel"] * 2 + ["moe_combine_kernel"],
-                           ["fma.rn.f32", "bar.sync", "ex2.approx", "rcp.rn.f32", "shfl.sync.bfly.b32",
-                            ".reqntid 256, 1, 1"], tmp_path)
+                           ["fma.rn.f64", "cvt.rn.f32.f64", "bar.sync", "ex2.approx", "rcp.rn.f32",
+                            "shfl.sync.bfly.b32", ".reqntid 256, 1, 1"], tmp_path)
 
 
 def test_cutedsl_compiles_the_small_shape():
@@ -29,8 +29,8 @@ def test_tirx_sources():
                                         "mkb_moe_wgrad_gate_kernel", "mkb_moe_wgrad_down_kernel",
                                         "mkb_moe_combine_kernel"],
                                  ["tvm_builtin_ptx_div_f_rn_f32(", "0x1.62e4p-1f", "tvm_builtin_cuda_cta_sync()",
-                                  "tvm_builtin_cuda_warp_reduce_sum_32(", "__launch_bounds__(256)",
-                                  "if (((kt & 3) == 3) || (kt == 127))", "float sw1_ptr[2080]"])
+                                  "double tot1_ptr[8]", "double acc_ptr[16]", "double red_ptr[8]",
+                                  "__shfl_xor_sync(", "__launch_bounds__(256)", "float sw1_ptr[2080]"])
     for source in sources.values():
         assert "expf(" not in source and "__fdividef" not in source  # precise exp and IEEE division
 
