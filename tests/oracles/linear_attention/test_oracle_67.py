@@ -1,7 +1,7 @@
 """Oracle checks for problem 67 (order-2 Hyena block with a long causal convolution, Hyena-small, fp32)."""
 
 import pytest
-from oracle_support import check_cutedsl_compiles, check_on_gpu
+from oracle_support import check_cutedsl_compiles, check_on_gpu, check_tirx_nvrtc, check_tirx_sources
 
 STEM = "67_hyena_fft_conv_block_hyena_small_fp32"
 
@@ -17,7 +17,21 @@ def test_cutedsl_compiles(tmp_path):
     assert "sin.approx" not in ptx and "cos.approx" not in ptx  # the filter's sines are range-reduced polynomials
 
 
+def test_tirx_sources():
+    sources = check_tirx_sources(
+        STEM, ["mkb_ln_kernel", "mkb_in_proj_kernel", "mkb_filter_kernel", "mkb_conv_kernel", "mkb_out_proj_kernel",
+               "mkb_fc1_kernel", "mkb_fc2_kernel"],
+        ["__shfl_xor_sync", "tvm_builtin_cuda_cta_sync()", "__shared__ alignas(64) float a_s_ptr[2048]",
+         "*(float4*)(af_ptr + 4)", "floorf("])
+    assert "for (int s = 0; s < 256; ++s)" in sources["mkb_conv_kernel"]  # the direct causal convolution, L = 256
+
+
+@pytest.mark.slow
+def test_tirx_nvrtc(monkeypatch):
+    check_tirx_nvrtc(STEM, monkeypatch)
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("dsl", ["cutedsl"])
+@pytest.mark.parametrize("dsl", ["cutedsl", "tirx"])
 def test_on_gpu(dsl):
     check_on_gpu(STEM, dsl)
