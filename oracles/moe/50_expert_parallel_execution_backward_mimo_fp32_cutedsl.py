@@ -7,7 +7,8 @@ intermediate is kept in that sorted row order. All arithmetic runs in DSL kernel
 the fp32 operands exactly in fp64 and accumulates in fp64, rounding once to fp32: the gradients are
 checked row by row against a float64 anchor, and rows fed by an expert's few tokens leave little
 slack, so the sums are made nearly exact (an emulation with fp32 chunk sums failed that row check,
-the fp64 sums pass it). The elementwise steps between the products are fp32, as in the reference.
+the fp64 sums pass it). The SwiGLU epilogues also run in fp64 (exp by a polynomial, IEEE
+division) on the unrounded sums, so each stored value is rounded once.
 
 ``moe_rows_kernel``: per expert e, its sorted rows times the expert's weight, one CTA per (32-row
 tile, 64-column tile, expert); 256 threads, each 2 rows x 4 columns (fp64 accumulators). K advances
@@ -15,11 +16,11 @@ in slices of 32 staged K-major in shared memory (coalesced global reads, padded 
 are gathered through a row map (the token of each sorted pair) and optionally scaled by a per-row
 factor as they are staged (d_out = w * dY, one fp32 product as in the reference). The weight is read
 either as [N, K] (x W^T) or as [K, N] (x W). Built four ways:
-- gate/up: g = x W_g^T and up = x W_u^T (two accumulators, each rounded to fp32), epilogue
-  sig = 1 / (1 + exp(-g)), a = g sig, inter = a up; g, up and inter are stored;
+- gate/up: g = x W_g^T and up = x W_u^T (two accumulators), epilogue sig = 1 / (1 + exp(-g)),
+  inter = g sig up; g, up and inter are stored (fp32);
 - down: out = inter W_d^T;
-- d_inter = d_out W_d (rounded to fp32), epilogue d_up = d_inter a, d_g = d_inter up sig
-  (1 + g (1 - sig)) (g and up re-read, sig recomputed identically);
+- d_inter = d_out W_d, epilogue d_up = d_inter g sig, d_g = d_inter up sig (1 + g (1 - sig)) (the
+  stored g and up re-read, sig recomputed from them);
 - d_x = d_g W_g + d_up W_u (the two fp64 sums added, then rounded).
 
 ``moe_wgrad_kernel``: per expert, G[e] = P^T Q over the expert's rows (dW_g = d_g^T x,
@@ -30,6 +31,8 @@ dW_u = d_up^T x, dW_d = d_out^T inter), one CTA per (64 x 64 output tile, expert
 pair rows of d_x (fp32), and grad_topk_weights[t, k] = dY[t] . out[pair] (fp64 per-thread partial
 sums, warp shuffles, then the 8 warp totals in shared memory, rounded once).
 """
+
+import math
 
 import cutlass
 import cutlass.cute as cute
@@ -47,8 +50,35 @@ _MODE_PLAIN, _MODE_GATE_UP, _MODE_DINTER, _MODE_DX = 0, 1, 2, 3
 _COMPILED = {}
 
 
-def _sigmoid(g):
-    return cutlass.Float32(1.0) / (cutlass.Float32(1.0) + cute.math.exp(-g))
+_LN2_HI = 0.6931471803691238  # ln 2 split so that n * _LN2_HI is exact for |n| < 2^20
+_LN2_LO = 1.9082149292705877e-10
+_INV_LN2 = 1.4426950408889634
+
+
+def _exp64(x):
+    """exp(x) in fp64 (|x| clamped to 60; relative error ~1e-15): 2^n exp(r), n = round(x / ln 2),
+    exp(r) by its degree-13 Taylor polynomial on |r| <= ln2/2, 2^n as an exact product of powers of two."""
+    hi = cutlass.Float64(60.0)
+    lo = cutlass.Float64(-60.0)
+    xc = cutlass.Float64(cutlass.select_(x > hi, hi, cutlass.Float64(cutlass.select_(x < lo, lo, x))))
+    nf = cute.math.floor(xc * _INV_LN2 + 0.5)
+    r = (xc - nf * _LN2_HI) - nf * _LN2_LO
+    poly = cutlass.Float64(1.0 / 6227020800.0)
+    for k in range(12, -1, -1):
+        poly = poly * r + cutlass.Float64(1.0 / math.factorial(k))
+    n = cutlass.Int32(nf)
+    m = cutlass.Int32(cutlass.select_(n < 0, -n, n))
+    p2 = cutlass.Float64(1.0)
+    for b in range(7):
+        p2 = p2 * cutlass.Float64(cutlass.select_((m >> b) & 1 == 1, cutlass.Float64(2.0 ** (2 ** b)),
+                                                  cutlass.Float64(1.0)))
+    p2 = cutlass.Float64(cutlass.select_(n < 0, cutlass.Float64(1.0) / p2, p2))
+    return poly * p2
+
+
+def _sigmoid64(g):
+    """1 / (1 + exp(-g)) in fp64 (IEEE division)."""
+    return cutlass.Float64(1.0) / (cutlass.Float64(1.0) + _exp64(-g))
 
 
 @cute.kernel
@@ -142,19 +172,19 @@ def moe_rows_kernel(a1: cute.Tensor, a2: cute.Tensor, rowmap: cute.Tensor, rowsc
                     if cutlass.const_expr(mode == _MODE_PLAIN):
                         c1[s, n] = cutlass.Float32(tot1[i * 4 + c])
                     if cutlass.const_expr(mode == _MODE_GATE_UP):
-                        g = cutlass.Float32(tot1[i * 4 + c])
-                        u = cutlass.Float32(tot2[i * 4 + c])
-                        act = g * _sigmoid(g)
-                        c1[s, n] = g
-                        c2[s, n] = u
-                        c3[s, n] = act * u
+                        g = tot1[i * 4 + c]
+                        u = tot2[i * 4 + c]
+                        c1[s, n] = cutlass.Float32(g)
+                        c2[s, n] = cutlass.Float32(u)
+                        c3[s, n] = cutlass.Float32(g * _sigmoid64(g) * u)
                     if cutlass.const_expr(mode == _MODE_DINTER):
-                        d = cutlass.Float32(tot1[i * 4 + c])
-                        g = e1[s, n]
-                        u = e2[s, n]
-                        sig = _sigmoid(g)
-                        c2[s, n] = d * (g * sig)
-                        c1[s, n] = d * u * sig * (cutlass.Float32(1.0) + g * (cutlass.Float32(1.0) - sig))
+                        d = tot1[i * 4 + c]
+                        g = cutlass.Float64(e1[s, n])
+                        u = cutlass.Float64(e2[s, n])
+                        sig = _sigmoid64(g)
+                        c2[s, n] = cutlass.Float32(d * (g * sig))
+                        one = cutlass.Float64(1.0)
+                        c1[s, n] = cutlass.Float32(d * u * sig * (one + g * (one - sig)))
                     if cutlass.const_expr(mode == _MODE_DX):
                         c1[s, n] = cutlass.Float32(tot1[i * 4 + c] + tot2[i * 4 + c])
 

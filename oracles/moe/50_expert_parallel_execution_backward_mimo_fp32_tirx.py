@@ -7,8 +7,8 @@ intermediate is kept in that sorted row order. All arithmetic runs in TIRx kerne
 Every long sum multiplies the fp32 operands exactly in fp64 and accumulates in fp64, rounding once
 to fp32: the gradients are checked row by row against a float64 anchor, and rows fed by an expert's
 few tokens leave little slack, so the sums are made nearly exact (an emulation with fp32 chunk sums
-failed that row check, the fp64 sums pass it). The elementwise steps between the products are fp32,
-as in the reference.
+failed that row check, the fp64 sums pass it). The SwiGLU epilogues also run in fp64 (exp by a
+polynomial, IEEE division) on the unrounded sums, so each stored value is rounded once.
 
 ``mkb_moe_rows_<build>``: per expert e, its sorted rows times the expert's weight, one CTA per
 (32-row tile, 64-column tile, expert); 256 threads, each 2 rows x 4 columns (fp64 accumulators).
@@ -16,14 +16,13 @@ K advances in slices of 32 staged K-major in shared memory (coalesced global rea
 The A rows are gathered through a row map (the token of each sorted pair) and optionally scaled by a
 per-row factor as they are staged (d_out = w * dY, one fp32 product as in the reference). The weight
 is read either as [N, K] (x W^T) or as [K, N] (x W). Builds:
-- gate_up: g = x W_g^T and up = x W_u^T (two accumulators, each rounded to fp32), epilogue
-  sig = 1 / (1 + exp(-g)), a = g sig, inter = a up; g, up and inter are stored;
+- gate_up: g = x W_g^T and up = x W_u^T (two accumulators), epilogue sig = 1 / (1 + exp(-g)),
+  inter = g sig up; g, up and inter are stored (fp32);
 - down: out = inter W_d^T;
-- d_inter = d_out W_d (rounded to fp32), epilogue d_up = d_inter a, d_g = d_inter up sig
-  (1 + g (1 - sig)) (g and up re-read, sig recomputed identically);
+- d_inter = d_out W_d, epilogue d_up = d_inter g sig, d_g = d_inter up sig (1 + g (1 - sig)) (the
+  stored g and up re-read, sig recomputed from them);
 - d_x = d_g W_g + d_up W_u (the two fp64 sums added, then rounded).
-NVRTC compiles with --use_fast_math, so the sigmoid uses a precise polynomial exp and the IEEE
-division by name (``div.rn.f32``).
+(NVRTC's --use_fast_math relaxes only fp32 division and exp; the fp64 ones are exact IEEE.)
 
 ``mkb_moe_wgrad_<build>``: per expert, G[e] = P^T Q over the expert's rows (dW_g = d_g^T x,
 dW_u = d_up^T x, dW_d = d_out^T inter), one CTA per (64 x 64 output tile, expert), each thread a
@@ -33,6 +32,8 @@ dW_u = d_up^T x, dW_d = d_out^T inter), one CTA per (64 x 64 output tile, expert
 rows of d_x (fp32), and grad_topk_weights[t, k] = dY[t] . out[pair] (fp64 per-thread partial sums,
 xor shuffles, then the 8 warp totals in shared memory, rounded once).
 """
+
+import math
 
 import torch
 import tvm
@@ -61,39 +62,30 @@ def _f32(value):
     return T.float32(value)
 
 
-def _let(value, body, name):
-    """Bind ``value`` once (a TIR Let) so the expression tree does not repeat it."""
-    var = T.Var(name, "float32")
-    return T.Let(body(var), where={var: value})
+LN2_HI = 0.6931471803691238  # ln 2 split so that n * LN2_HI is exact for |n| < 2^20
+LN2_LO = 1.9082149292705877e-10
+INV_LN2 = 1.4426950408889634
 
 
-def exp_precise(x):
-    """exp(x) in fp32 within about 1 ulp, from arithmetic that --use_fast_math keeps exact.
+def _f64(value):
+    return T.float64(value)
 
-    exp(x) = 2^n * exp(r), n = round(x / ln 2), r = x - n ln 2 (ln 2 split so n * hi is exact);
-    exp(r) by a degree-7 Taylor polynomial on |r| <= ln2/2; 2^n from exponent bits. Inputs
-    below -87 give 0; inputs are clamped at 88.
-    """
 
-    def with_xc(xc):
-        def with_n(n):
-            def with_r(r):
-                poly = _f32(1.0 / 5040.0)
-                for coef in (1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0):
-                    poly = poly * r + _f32(coef)
-                scale = T.reinterpret("float32", T.shift_left(T.int32(n) + 127, 23))
-                return poly * scale
+def _poly_exp(r):
+    """exp(r) for |r| <= ln2/2 by its degree-13 Taylor polynomial, in fp64."""
+    poly = _f64(1.0 / math.factorial(13))
+    for k in range(12, -1, -1):
+        poly = poly * r + _f64(1.0 / math.factorial(k))
+    return poly
 
-            reduced = xc - n * _f32(0.693145751953125) - n * _f32(1.428606765330187e-06)
-            return _let(reduced, with_r, "r")
 
-        return _let(T.floor(xc * _f32(1.4426950408889634) + _f32(0.5)), with_n, "n")
-
-    def with_x(xv):
-        clamped = T.max(T.min(xv, _f32(88.0)), _f32(-87.0))
-        return T.if_then_else(xv < _f32(-87.0), _f32(0.0), _let(clamped, with_xc, "xc"))
-
-    return _let(x, with_x, "x")
+def _pow2(n):
+    """2^n (|n| < 128) in fp64 as an exact product of powers of two."""
+    m = T.if_then_else(n < 0, 0 - n, n)
+    prod = _f64(1.0)
+    for b in range(7):
+        prod = prod * T.if_then_else(T.bitwise_and(T.shift_right(m, b), 1) == 1, _f64(2.0 ** (2 ** b)), _f64(1.0))
+    return T.if_then_else(n < 0, _f64(1.0) / prod, prod)
 
 
 def _rows_kernel(build, tokens, hidden, inter, experts, top_k):
@@ -129,7 +121,7 @@ def _rows_kernel(build, tokens, hidden, inter, experts, top_k):
         sw2 = T.alloc_buffer((BK, BN + 1), "float32", scope="shared")
         tot1 = T.alloc_buffer((8,), "float64", scope="local")
         tot2 = T.alloc_buffer((8,), "float64", scope="local")
-        tmp = T.alloc_buffer((2,), "float32", scope="local")
+        dv = T.alloc_buffer((6,), "float64", scope="local")  # g, clamped -g, n, r, sigmoid, scratch
         row0: T.let = OFFS[e]
         rows: T.let = OFFS[e + 1] - OFFS[e]
         m0: T.let = mt * BM
@@ -197,19 +189,27 @@ def _rows_kernel(build, tokens, hidden, inter, experts, top_k):
                         n: T.let = n0 + tc * 4 + c
                         if mode == "plain":
                             C1[s, n] = T.float32(tot1[i * 4 + c])
-                        elif mode == "gate_up":
-                            tmp[1] = T.float32(tot1[i * 4 + c])
-                            T.ptx["div.rn.f32"](tmp[0], _f32(1.0), _f32(1.0) + exp_precise(_f32(0.0) - tmp[1]))
-                            C1[s, n] = tmp[1]
-                            C2[s, n] = T.float32(tot2[i * 4 + c])
-                            C3[s, n] = tmp[1] * tmp[0] * T.float32(tot2[i * 4 + c])
-                        elif mode == "d_inter":
-                            tmp[1] = T.float32(tot1[i * 4 + c])
-                            T.ptx["div.rn.f32"](tmp[0], _f32(1.0), _f32(1.0) + exp_precise(_f32(0.0) - E1[s, n]))
-                            C2[s, n] = tmp[1] * (E1[s, n] * tmp[0])
-                            C1[s, n] = tmp[1] * E2[s, n] * tmp[0] * (_f32(1.0) + E1[s, n] * (_f32(1.0) - tmp[0]))
-                        else:
+                        elif mode == "d_x":
                             C1[s, n] = T.float32(tot1[i * 4 + c] + tot2[i * 4 + c])
+                        else:
+                            if mode == "gate_up":
+                                dv[0] = tot1[i * 4 + c]
+                            else:
+                                dv[0] = T.float64(E1[s, n])
+                            # sigmoid(g) = 1 / (1 + exp(-g)) in fp64: exp(-g) = 2^n exp(r)
+                            dv[1] = T.max(T.min(_f64(0.0) - dv[0], _f64(60.0)), _f64(-60.0))
+                            dv[2] = T.floor(dv[1] * _f64(INV_LN2) + _f64(0.5))
+                            dv[3] = (dv[1] - dv[2] * _f64(LN2_HI)) - dv[2] * _f64(LN2_LO)
+                            dv[5] = _poly_exp(dv[3]) * _pow2(T.Cast("int32", dv[2]))
+                            dv[4] = _f64(1.0) / (_f64(1.0) + dv[5])
+                            if mode == "gate_up":
+                                C1[s, n] = T.float32(tot1[i * 4 + c])
+                                C2[s, n] = T.float32(tot2[i * 4 + c])
+                                C3[s, n] = T.float32(dv[0] * dv[4] * tot2[i * 4 + c])
+                            else:
+                                C2[s, n] = T.float32(tot1[i * 4 + c] * (dv[0] * dv[4]))
+                                C1[s, n] = T.float32(tot1[i * 4 + c] * T.float64(E2[s, n]) * dv[4] * (
+                                    _f64(1.0) + dv[0] * (_f64(1.0) - dv[4])))
 
     return mkb_moe_rows.with_attr("global_symbol", f"mkb_moe_rows_{build}")
 
