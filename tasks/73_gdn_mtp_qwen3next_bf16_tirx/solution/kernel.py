@@ -1,0 +1,244 @@
+"""TIRx oracle for problem 73: GDN multi-token verification (T draft tokens per request, pooled state).
+
+One TIRx kernel does the whole computation. In the 'k-last' layout [pool, head, V, K] every state
+row S[v, :] evolves on its own through the T steps (decay, k.s, rank-1 update, q.s), so a row stays
+in registers for all T tokens. The grid is (batch + pool jobs, head, row block), 128 threads:
+
+- Jobs r < batch are requests. A group of ``lanes`` neighbouring threads (8 for head dim 128) owns
+  a row of pool entry initial_state_indices[r]; lane l holds the 4-float chunks l, l + lanes, ...
+  (16 floats), each thread owns ``ROWS`` rows, all loaded at once with 16-byte vector loads. The
+  rows are first written verbatim to final_state (the copy of the pool), then run through the steps.
+- Per step t, in fp32: s = g_t s; old = k_t.s (per-lane multiply-adds, then xor shuffles inside the
+  lane group); new = beta_t v_t + (1 - beta_t) old; s += k_t (new - old); o_t = scale * q_t.s,
+  reduced the same way and rounded to bf16 once.
+- The T gate pairs are formed once per CTA by the first T threads and shared through shared
+  memory, at the reference's fp32 rounding points with each transcendental evaluated in fp64 and
+  rounded to fp32 (NVRTC's --use_fast_math only touches fp32 math, so these are the correctly
+  rounded values): g_t = exp(-exp(A_log) softplus(a_t + dt_bias)) with softplus(x) = x above 20,
+  else log1p(exp(x)); beta_t = 1 / (1 + exp(-b_t)).
+- Jobs r >= batch copy pool entry p = r - batch to final_state unless some request uses p (its
+  request job has copied it), so every pool row is read once and written once.
+Groups past the last row (small head dims) shuffle on a clamped row and skip their stores.
+"""
+
+import torch
+import tvm
+from tvm.script import tirx as T
+
+THREADS = 128
+ROWS = 2  # state rows per thread
+SOFTPLUS_THRESHOLD = 20.0
+_EXES: dict = {}
+_FNS: dict = {}
+_ARCHS: dict = {}
+
+
+def _plan(head_dim):
+    """(vector width, lanes per row: a power of two <= 8 dividing the chunk count, chunks per lane)."""
+    vec = 4 if head_dim % 4 == 0 else 1
+    chunks = head_dim // vec
+    lanes = 1
+    while lanes * 2 <= min(8, chunks) and chunks % (lanes * 2) == 0:
+        lanes *= 2
+    return vec, lanes, chunks // lanes
+
+
+def _f32(value):
+    return T.float32(value)
+
+
+def _rounded(fn, x):
+    """fp32(fn(x)) with fn evaluated in fp64: the correctly rounded fp32 value (fast math spares fp64)."""
+    return T.Cast("float32", fn(T.Cast("float64", x)))
+
+
+def _mtp_kernel(draft, qk_heads, heads, head_dim):
+    """Specialised on the draft length, head counts and head dim; batch and pool size symbolic."""
+    assert 0 < draft <= THREADS, "one thread forms each step's gates"
+    vec, lanes, steps = _plan(head_dim)
+    group = heads // qk_heads
+    groups = THREADS // lanes
+    per_cta = groups * ROWS
+    blocks = (head_dim + per_cta - 1) // per_cta
+    offsets = []
+    offset = lanes // 2
+    while offset > 0:
+        offsets.append(offset)
+        offset //= 2
+
+    @T.prim_func
+    def mkb_gdn_mtp(q_h: T.handle, k_h: T.handle, v_h: T.handle, state_h: T.handle, idx_h: T.handle,
+                    alog_h: T.handle, a_h: T.handle, dtb_h: T.handle, b_h: T.handle, out_h: T.handle,
+                    final_h: T.handle, scale: T.float32):
+        batch = T.int32()
+        pool = T.int32()
+        q = T.match_buffer(q_h, (batch, draft, qk_heads, head_dim), "bfloat16")
+        k = T.match_buffer(k_h, (batch, draft, qk_heads, head_dim), "bfloat16")
+        v = T.match_buffer(v_h, (batch, draft, heads, head_dim), "bfloat16")
+        state = T.match_buffer(state_h, (pool, heads, head_dim, head_dim), "float32")
+        indices = T.match_buffer(idx_h, (batch,), "int32")
+        a_log = T.match_buffer(alog_h, (heads,), "float32")
+        a = T.match_buffer(a_h, (batch, draft, heads), "bfloat16")
+        dt_bias = T.match_buffer(dtb_h, (heads,), "float32")
+        b = T.match_buffer(b_h, (batch, draft, heads), "bfloat16")
+        out = T.match_buffer(out_h, (batch, draft, heads, head_dim), "bfloat16")
+        final_state = T.match_buffer(final_h, (pool, heads, head_dim, head_dim), "float32")
+        T.device_entry()
+        job, h, blk = T.cta_id([batch + pool, heads, blocks])
+        tx = T.thread_id([THREADS])
+        gates = T.alloc_buffer((2, draft), "float32", scope="shared")
+        qraw = T.alloc_buffer((steps, vec), "bfloat16", scope="local")
+        kraw = T.alloc_buffer((steps, vec), "bfloat16", scope="local")
+        qr = T.alloc_buffer((steps, vec), "float32", scope="local")
+        kr = T.alloc_buffer((steps, vec), "float32", scope="local")
+        sr = T.alloc_buffer((ROWS, steps, vec), "float32", scope="local")
+        vr = T.alloc_buffer((ROWS,), "float32", scope="local")
+        old = T.alloc_buffer((ROWS,), "float32", scope="local")
+        acc = T.alloc_buffer((ROWS,), "float32", scope="local")
+        hq: T.let = h // group
+        part: T.let = tx % lanes
+        first: T.let = blk * per_cta + tx // lanes
+
+        if job < batch:
+            entry: T.let = indices[job]
+            if tx < draft:
+                # Step tx's gates at the reference's fp32 rounding points.
+                xg: T.f32 = T.float32(a[job, tx, h]) + dt_bias[h]
+                ex: T.f32 = _rounded(T.exp, xg)
+                softplus: T.f32 = T.if_then_else(xg > _f32(SOFTPLUS_THRESHOLD), xg, _rounded(T.log1p, ex))
+                ea: T.f32 = _rounded(T.exp, a_log[h])
+                gates[0, tx] = _rounded(T.exp, (_f32(0.0) - ea) * softplus)
+                eb: T.f32 = _rounded(T.exp, _f32(0.0) - T.float32(b[job, tx, h]))
+                gates[1, tx] = T.Cast("float32", T.float64(1.0) / T.Cast("float64", _f32(1.0) + eb))
+            # Load every owned row (clamped past the end) and copy it to final_state.
+            for r in T.unroll(ROWS):
+                for j in T.unroll(steps):
+                    for i in T.vectorized(vec):
+                        sr[r, j, i] = state[entry, h, T.min(first + r * groups, head_dim - 1),
+                                            (j * lanes + part) * vec + i]
+            for r in T.unroll(ROWS):
+                if first + r * groups < head_dim:
+                    for j in T.unroll(steps):
+                        for i in T.vectorized(vec):
+                            final_state[entry, h, first + r * groups, (j * lanes + part) * vec + i] = sr[r, j, i]
+            T.cuda.cta_sync()
+            for t in range(draft):
+                for j in T.unroll(steps):
+                    for i in T.vectorized(vec):
+                        qraw[j, i] = q[job, t, hq, (j * lanes + part) * vec + i]
+                    for i in T.vectorized(vec):
+                        kraw[j, i] = k[job, t, hq, (j * lanes + part) * vec + i]
+                    for i in T.unroll(vec):
+                        qr[j, i] = T.float32(qraw[j, i])
+                        kr[j, i] = T.float32(kraw[j, i])
+                for r in T.unroll(ROWS):
+                    vr[r] = T.float32(v[job, t, h, T.min(first + r * groups, head_dim - 1)])
+                g: T.f32 = gates[0, t]
+                beta: T.f32 = gates[1, t]
+                one_minus_beta: T.f32 = _f32(1.0) - beta
+                for r in T.unroll(ROWS):
+                    old[r] = _f32(0.0)
+                    for j in T.unroll(steps):
+                        for i in T.unroll(vec):
+                            sr[r, j, i] = sr[r, j, i] * g
+                            old[r] = old[r] + kr[j, i] * sr[r, j, i]
+                for r in T.unroll(ROWS):
+                    for o in T.unroll(len(offsets)):
+                        old[r] = old[r] + T.cuda.__shfl_xor_sync(T.uint32(0xFFFFFFFF), old[r],
+                                                                 T.shift_right(lanes, o + 1), 32)
+                for r in T.unroll(ROWS):
+                    delta: T.f32 = (beta * vr[r] + one_minus_beta * old[r]) - old[r]
+                    acc[r] = _f32(0.0)
+                    for j in T.unroll(steps):
+                        for i in T.unroll(vec):
+                            sr[r, j, i] = sr[r, j, i] + kr[j, i] * delta
+                            acc[r] = acc[r] + qr[j, i] * sr[r, j, i]
+                for r in T.unroll(ROWS):
+                    for o in T.unroll(len(offsets)):
+                        acc[r] = acc[r] + T.cuda.__shfl_xor_sync(T.uint32(0xFFFFFFFF), acc[r],
+                                                                 T.shift_right(lanes, o + 1), 32)
+                for r in T.unroll(ROWS):
+                    if first + r * groups < head_dim and part == 0:
+                        out[job, t, h, first + r * groups] = T.bfloat16(scale * acc[r])
+        else:
+            entry_c: T.let = job - batch
+            used: T.int32 = 0
+            for r in range(batch):
+                if indices[r] == entry_c:
+                    used = 1
+            if used == 0:
+                for r in T.unroll(ROWS):
+                    for j in T.unroll(steps):
+                        for i in T.vectorized(vec):
+                            sr[r, j, i] = state[entry_c, h, T.min(first + r * groups, head_dim - 1),
+                                                (j * lanes + part) * vec + i]
+                for r in T.unroll(ROWS):
+                    if first + r * groups < head_dim:
+                        for j in T.unroll(steps):
+                            for i in T.vectorized(vec):
+                                final_state[entry_c, h, first + r * groups, (j * lanes + part) * vec + i] = (
+                                    sr[r, j, i])
+
+    return mkb_gdn_mtp
+
+
+def _build(draft, qk_heads, heads, head_dim, arch):
+    """Compile once per (draft, qk_heads, heads, head_dim, arch) and return the tvm Executable."""
+    key = (draft, qk_heads, heads, head_dim, arch)
+    if key not in _EXES:
+        target = tvm.target.Target({"kind": "cuda", "arch": arch})
+        with target:
+            _EXES[key] = tvm.compile(tvm.IRModule({"main": _mtp_kernel(draft, qk_heads, heads, head_dim)}),
+                                     target=target, tir_pipeline="tirx")
+    return _EXES[key]
+
+
+def _device_arch():
+    """The current GPU's arch string (sm_90a on an H200), looked up once per device."""
+    device = torch.cuda.current_device()
+    if device not in _ARCHS:
+        major, minor = torch.cuda.get_device_capability(device)
+        _ARCHS[device] = f"sm_{major}{minor}a" if major >= 9 else f"sm_{major}{minor}"
+    return _ARCHS[device]
+
+
+def _kernel_fn(draft, qk_heads, heads, head_dim):
+    key = (draft, qk_heads, heads, head_dim, _device_arch())
+    if key not in _FNS:
+        _FNS[key] = _build(*key).mod["main"]
+    return _FNS[key]
+
+
+def solve(q, k, v, initial_state, initial_state_indices, A_log, a, dt_bias, b, scale):
+    batch, draft, qk_heads, head_dim = q.shape
+    heads = v.shape[2]
+    args = [t.contiguous() for t in (q, k, v, initial_state, initial_state_indices, A_log, a, dt_bias, b)]
+    out = torch.empty(batch, draft, heads, head_dim, dtype=torch.bfloat16, device=q.device)
+    if batch * draft == 0 or heads * head_dim == 0:  # nothing to run: the pool copy alone
+        return out, args[3].clone()
+    final_state = torch.empty_like(args[3])
+    _kernel_fn(draft, qk_heads, heads, head_dim)(*args, out, final_state, float(scale))
+    return out, final_state
+
+
+def _symbols(source):
+    """Kernel names declared in a generated CUDA source (``<global_symbol>_kernel``)."""
+    names = []
+    for part in source.split("__global__ void ")[1:]:
+        if part.startswith("__launch_bounds__"):
+            part = part[part.index(")") + 1:]
+        name = part[:part.index("(")].strip()
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def kernel_sources(arch="sm_90a", draft=4, qk_heads=8, heads=16, head_dim=128):
+    """{kernel symbol: generated CUDA source} for this file's kernels (graded shape by default)."""
+    source = _build(draft, qk_heads, heads, head_dim, arch).mod.imports[0].inspect_source()
+    return {name: source for name in _symbols(source)}
+
+
+def precompile(arch="sm_90a"):
+    """Build every kernel of this file for the graded workload (no GPU needed); kernel symbols."""
+    return list(kernel_sources(arch))
