@@ -15,7 +15,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from metakernelbench.problems import FAMILIES, REPO_ROOT, find_problem
+from metakernelbench.problems import REPO_ROOT, find_problem, oracle_file
 from metakernelbench.verifier.selfcheck import draw_mismatch, standard_draws
 
 ORACLES = REPO_ROOT / "oracles"
@@ -26,9 +26,7 @@ def oracle_path(stem: str, dsl: str) -> Path:
     """``oracles/<family>/<stem>_<dsl>.py`` (the controls ``_*`` sit at the top of ``oracles/``)."""
     if stem.startswith("_"):
         return ORACLES / f"{stem}_{dsl}.py"
-    found = [p for p in ORACLES.glob(f"*/{stem}_{dsl}.py") if p.parent.name in FAMILIES]
-    assert len(found) == 1, (stem, dsl, found)
-    return found[0]
+    return oracle_file(find_problem(stem), dsl, ORACLES)
 
 
 def load(stem: str, dsl: str) -> ModuleType:

@@ -11,18 +11,16 @@ Correctness and timing need the GPU and are run there.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("cutlass.cute")
 
+from oracle_support import ORACLES, check_cutedsl_compiles, load, oracle_path  # noqa: E402
+
 from metakernelbench.problems import find_problem, oracle_files  # noqa: E402
 from metakernelbench.verifier.rules import scan_source  # noqa: E402
-
-ORACLES = Path(__file__).resolve().parents[2] / "oracles"
 
 # oracle stem -> (kernel function names, one per compiled kernel, in order; PTX fragments required)
 EXPECTED = {
@@ -72,21 +70,8 @@ EXPECTED = {
 }
 
 
-def _path(stem: str) -> Path:
-    """The control ``_dsl_copy`` sits at the top of ``oracles/``; each oracle in its family's folder."""
-    if stem.startswith("_"):
-        return ORACLES / f"{stem}_cutedsl.py"
-    found = list(ORACLES.glob(f"*/{stem}_cutedsl.py"))
-    assert len(found) == 1, (stem, found)
-    return found[0]
-
-
 def _load(stem: str):
-    path = _path(stem)
-    spec = importlib.util.spec_from_file_location(f"oracle_cutedsl_{stem.lstrip('_')}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load(stem, "cutedsl")
 
 
 def test_every_expectation_has_its_oracle_file():
@@ -99,24 +84,8 @@ def test_every_expectation_has_its_oracle_file():
 
 @pytest.mark.parametrize("stem", sorted(EXPECTED))
 def test_cutedsl_oracle_compiles_for_sm90a(stem, tmp_path):
-    module = _load(stem)
     kernels, fragments = EXPECTED[stem]
-    names = module.precompile(arch="sm_90a", ptx_dir=str(tmp_path))
-    assert len(names) == len(kernels), names
-    for name, kernel in zip(names, kernels, strict=True):
-        assert name.startswith(f"kernel_cutlass_{kernel}_"), name
-    ptx_files = sorted(tmp_path.glob("*.ptx"))
-    assert len(ptx_files) == len(set(names))
-    ptx = "\n".join(p.read_text() for p in ptx_files)
-    assert ".target sm_90a" in ptx
-    for name in names:
-        assert f".entry {name}(" in ptx
-    missing = [f for f in fragments if f not in ptx]
-    assert not missing, f"PTX lacks {missing}"
-    assert ".local" not in ptx, "register arrays spilled to local memory"
-    # a compile for the CPU must not leave a pinned-arch build in the runtime cache
-    caches = [v for k, v in vars(module).items() if k.endswith("_COMPILED")]
-    assert caches and all(cache == {} for cache in caches)
+    check_cutedsl_compiles(stem, kernels, fragments, tmp_path)
 
 
 @pytest.mark.parametrize("stem", sorted(s for s in EXPECTED if not s.startswith("_")))
@@ -129,7 +98,7 @@ def test_cutedsl_oracle_matches_its_problem(stem):
 
 @pytest.mark.parametrize("stem", sorted(s for s in EXPECTED if not s.startswith("_")))
 def test_cutedsl_oracle_passes_the_static_rules(stem):
-    assert scan_source(_path(stem).read_text(), "cutedsl") == []
+    assert scan_source(oracle_path(stem, "cutedsl").read_text(), "cutedsl") == []
 
 
 def test_cutedsl_dsl_copy_is_self_contained():

@@ -10,23 +10,18 @@ compiles to an sm_90a cubin through TVM's own NVRTC path. The ``gpu`` test runs 
 against its reference under the grader's correctness contract (skipped without CUDA).
 """
 
-import importlib.util
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import tvm
+from oracle_support import ORACLES, check_on_gpu, check_tirx_nvrtc, load
 from tvm.script import tirx as T
 
-from metakernelbench.problem_kit import anchor_mode
-from metakernelbench.problems import REPO_ROOT, load_problem
-from metakernelbench.verifier.correctness import check_draw
+from metakernelbench.problems import REPO_ROOT
 from metakernelbench.verifier.rules import scan_source
-from metakernelbench.verifier.tensors import promote_floats, snapshot_graded
 
-ORACLES = REPO_ROOT / "oracles"
 PROBLEMS = {
     "02": "attention/02_gqa_paged_decode_h5_kv1_d128_ps1_bf16",
     "19": "kv_cache/19_qk_rmsnorm_partial_rope_paged_kv_update_glm4_bf16",
@@ -56,25 +51,9 @@ SYMBOLS = {
 PRECISE_EXP = ("02", "49", "66")  # these must not use the fast-math expf
 
 
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_MODULES: dict = {}
-
-
 def oracle(pid):
     """The oracle module of problem ``pid`` (loaded once per session)."""
-    if pid not in _MODULES:
-        _MODULES[pid] = _load(ORACLES / f"{PROBLEMS[pid]}_tirx.py", f"mkb_oracle_{pid}_tirx")
-    return _MODULES[pid]
-
-
-def problem(pid):
-    return load_problem(REPO_ROOT / "problems" / f"{PROBLEMS[pid]}.py")
+    return load(Path(PROBLEMS[pid]).name, "tirx")
 
 
 def test_every_pilot_problem_has_an_oracle():
@@ -211,7 +190,7 @@ def test_wkv_walks_the_sequence_in_one_thread():
 
 
 def test_dsl_copy_builds():
-    module = _load(ORACLES / "_dsl_copy_tirx.py", "mkb_dsl_copy_tirx")
+    module = load("_dsl_copy", "tirx")
     source = module._copy_build("sm_90a").mod.imports[0].inspect_source()
     assert "mkb_dsl_copy_kernel(" in source and "uchar*" in source
 
@@ -299,53 +278,15 @@ def test_e4m3_decode_is_exact_for_every_byte():
 
 # ---- NVRTC: the generated CUDA compiles for sm_90a -------------------------------------------
 
-def _cuda_root():
-    for root in (os.environ.get("CUDA_PATH"), "/usr/local/cuda-13.0", "/usr/local/cuda"):
-        if root and (Path(root) / "include" / "cuda_runtime.h").is_file():
-            return root
-    return None
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("pid", list(PROBLEMS))
 def test_sources_compile_to_sm90a_cubins(pid, monkeypatch):
-    pytest.importorskip("cuda.bindings.nvrtc")
-    root = _cuda_root()
-    if root is None:
-        pytest.skip("no CUDA toolkit headers on this machine")
-    monkeypatch.setenv("CUDA_PATH", root)
-    from tvm.support import nvcc
-
-    for source in oracle(pid).kernel_sources("sm_90a").values():
-        cubin = nvcc.compile_cuda(source, target_format="cubin", arch="sm_90a", compiler="nvrtc")
-        assert bytes(cubin[:4]) == b"\x7fELF"
+    check_tirx_nvrtc(Path(PROBLEMS[pid]).name, monkeypatch)
 
 
 # ---- on a GPU: each oracle against its reference, by the grader's contract ---------------------
 
-def _check(pid, workload, seed):
-    prob, device = problem(pid), torch.device("cuda")
-
-    def draw():
-        gen = torch.Generator(device=device).manual_seed(seed)
-        return prob.make_inputs(device, gen, **workload)
-
-    with torch.no_grad():
-        inputs = draw()
-        ref = snapshot_graded(prob.spec, inputs, prob.reference(*inputs))
-        promoted = promote_floats(draw())
-        with anchor_mode():
-            anchor = snapshot_graded(prob.spec, promoted, prob.reference(*promoted))
-        mine = draw()
-        got = snapshot_graded(prob.spec, mine, oracle(pid).solve(*mine))
-    torch.cuda.synchronize()
-    return check_draw(prob.spec, 0, got, ref, anchor)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("pid", list(PROBLEMS))
 def test_oracle_matches_reference_on_gpu(pid):
-    prob = problem(pid)
-    for workload, seed in ((prob.spec.small_workload, 1), (prob.spec.workload, 2), (prob.spec.workload, 3)):
-        mismatch = _check(pid, workload, seed)
-        assert mismatch is None, f"{pid} {workload}: {mismatch}"
+    check_on_gpu(Path(PROBLEMS[pid]).name, "tirx")
