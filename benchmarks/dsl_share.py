@@ -14,21 +14,12 @@ can be re-added by hand.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 
 import torch
+from independent_loop import load  # the plain loader of the independent stopwatch, beside this file
 
 CUTE_PREFIX = "kernel_cutlass_"
-
-
-def load(path: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def is_dsl_kernel(name: str, dsl: str, symbols: set[str]) -> bool:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.util
 import json
 import shlex
 import subprocess
@@ -35,6 +34,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 def one(task: str, kernel: Path, device: str, small_only: bool) -> dict:
     """Check one oracle in this process; the result as a dict (printed as JSON by ``--one``)."""
     import torch
+    from independent_loop import load
 
     from metakernelbench.problems import find_problem
     from metakernelbench.verifier.selfcheck import draw_mismatch, standard_draws
@@ -43,9 +43,7 @@ def one(task: str, kernel: Path, device: str, small_only: bool) -> dict:
     out: dict = {"task": task, "kernel": str(kernel), "ok": False, "draws": []}
     try:
         problem = find_problem(task.rpartition("_")[0])
-        spec = importlib.util.spec_from_file_location(f"mkb_check_{task}", kernel)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = load(str(kernel), f"mkb_check_{task}")
         draws = standard_draws(problem)[:1] if small_only else standard_draws(problem)
         for i, (workload, seed) in enumerate(draws):
             t = time.time()
@@ -94,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         p.error("--out is required")
-    from h200_oracles import selected
+    from h200_oracles import selected, shown
 
     from metakernelbench.problems import oracle_files
 
@@ -114,8 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                    for task, _, _, path in jobs]
         for future in futures:
             entry = future.result()
-            entry["kernel"] = str(Path(entry["kernel"]).resolve().relative_to(REPO)) \
-                if Path(entry["kernel"]).resolve().is_relative_to(REPO) else Path(entry["kernel"]).name
+            entry["kernel"] = shown(entry["kernel"])
             record["entries"].append(entry)
             print(f"{entry['task']}: {'ok' if entry['ok'] else 'FAILED'} ({entry.get('seconds', '?')} s)"
                   + ("" if entry["ok"] else f" {entry.get('error') or entry.get('draws')}"[:300]), flush=True)

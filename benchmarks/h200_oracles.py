@@ -83,10 +83,15 @@ def share(task: str, dsl: str, kernel: Path, device: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def shown(kernel: Path) -> str:
+    """How a record names a kernel file: its path in the repository, else its name (no machine paths)."""
+    kernel = Path(kernel).resolve()
+    return str(kernel.relative_to(REPO)) if kernel.is_relative_to(REPO) else kernel.name
+
+
 def entry(task: str, family: str, dsl: str, kernel: Path, grade: dict, reward: dict, wall: float,
           measured: dict, run_index: int) -> dict:
-    return {"task": task, "family": family, "dsl": dsl, "kernel": str(kernel.relative_to(REPO))
-            if kernel.is_relative_to(REPO) else kernel.name,
+    return {"task": task, "family": family, "dsl": dsl, "kernel": shown(kernel),
             "status": grade.get("status"), "kernel_ms": grade.get("kernel_ms"), "eager_ms": grade.get("eager_ms"),
             "speedup": grade.get("speedup"), "reward": reward.get("reward"), "infra_error": reward.get("infra_error"),
             "dsl_share": measured.get("dsl_share"), "grading_s": round(wall, 2), "message": grade.get("message"),

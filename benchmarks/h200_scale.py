@@ -33,14 +33,12 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from h200_judge import _device_name, _git_commit, start_judge  # noqa: E402
-
-from metakernelbench.problems import oracle_files  # noqa: E402
+from h200_oracles import selected, shown  # noqa: E402
 
 
 def chosen(only: set[str], overrides: dict[str, Path]) -> dict[str, Path]:
-    """task -> kernel file for the oracles named by ``--only`` (NN_dsl keys or task names)."""
-    found = {p.stem: p for p in oracle_files()} | overrides
-    picked = {t: p for t, p in found.items() if t in only or f"{t[:2]}_{t.rpartition('_')[2]}" in only}
+    """task -> kernel file for the oracles ``--only`` names (as ``h200_oracles.py`` picks them)."""
+    picked = {task: path for task, _, _, path in selected(only, overrides)}
     if not picked:
         raise SystemExit(f"no oracle matches {sorted(only)}")
     return picked
@@ -110,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--devices", required=True, help="comma-separated, e.g. cuda:0,cuda:1")
     p.add_argument("--ns", default="", help="comma-separated N values (default: 1 and every device count)")
     p.add_argument("--gradings", type=int, default=5, help="final grades per oracle per device")
-    p.add_argument("--only", default="28_tirx,28_cutedsl")
+    p.add_argument("--only", default="28_tirx,28_cutedsl", help="task names, NN, NN_dsl or families")
     p.add_argument("--judge-args", default="")
     p.add_argument("--kernel", action="append", default=[], metavar="TASK=FILE")
     args = p.parse_args(argv)
@@ -124,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     record = {"command": command, "commit": _git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
               "device": _device_name(devices[0]) if devices[0].startswith("cuda") else devices[0],
               "contract": "speedups within 5 % of the N = 1 run, CV <= 2 %, throughput close to N x",
-              "kernels": {t: str(k.relative_to(REPO)) if k.is_relative_to(REPO) else k.name
-                          for t, k in kernels.items()},
+              "kernels": {t: shown(k) for t, k in kernels.items()},
               "entries": []}
     base = None
     for n in ns:

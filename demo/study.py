@@ -36,6 +36,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from metakernelbench.problems import find_problem, oracle_file
 from metakernelbench.verifier.judge.local_env import _unshare_problem, stop_judge
 
 from .scripted_model import ModelConfig, serve_in_thread
@@ -109,10 +110,10 @@ def kernel_table(config: StudyConfig) -> dict[str, Path]:
                 raise SystemExit(f"problem {problem}: expected one {dsl} task under {config.tasks_dir}, "
                                  f"found {len(tasks)}")
             task = tasks[0].name
-            oracle = next(config.oracles_dir.glob(f"*/{task}.py"), None)
+            oracle = oracle_file(find_problem(problem), dsl, config.oracles_dir)
             if dsl == "tirx" and not config.gpu:
                 table[task] = REPO / "tests" / "fixtures" / "kernels" / CPU_KERNELS[problem]
-            elif oracle is None:
+            elif not oracle.is_file():
                 raise SystemExit(f"problem {problem}: no {dsl} oracle under oracles/ for the scripted model to write")
             else:
                 table[task] = oracle
