@@ -22,6 +22,8 @@ Optional declarations (defaults in brackets)::
     SETS         {output: {"dim": d, "with": (other outputs...)}}: compare ``output`` as a set
                  along ``dim``; the named companions are permuted the same way [{}]
     TOLERANCE_FACTOR   the anchor factor F [3.0]; set only with TOLERANCE_NOTE saying why
+    captured values: ``<NN>_<slug>.captured.json`` beside the file, read with
+                 ``problem_kit.captured(__file__)`` (source, record, license, attribution, values)
     physical_floor(**workload) -> {"bytes": int, "flops": int, "math": "fp32|tf32|bf16|fp8|fp4"}
                  the least traffic and arithmetic any correct implementation must do
     text_values(**workload) -> dict   numbers the docstring quotes that derive from the workload
@@ -48,6 +50,8 @@ from types import ModuleType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from metakernelbench.problem_kit import captured_path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The problems tree: the repository's own, or another one named by MKB_PROBLEMS_DIR (a copy with an
@@ -169,9 +173,25 @@ class Problem:
             raise ProblemError(f"{self.spec.path}: physical_floor math must be one of {MATH_KINDS}")
         return floor
 
+    @property
+    def captured_file(self) -> Path | None:
+        """The problem's captured values beside it (``<stem>.captured.json``), when it has them."""
+        path = captured_path(self.spec.path)
+        return path if path.is_file() else None
+
     @cached_property
     def source_sha256(self) -> str:
-        return hashlib.sha256(self.spec.path.read_bytes()).hexdigest()
+        """sha256 of what defines the problem: the file, then its captured values when it has them."""
+        return source_digest(self.spec.path)
+
+
+def source_digest(problem_file: Path) -> str:
+    """sha256 of a problem file followed by its captured-values file, if any (one digest for both)."""
+    digest = hashlib.sha256(Path(problem_file).read_bytes())
+    sidecar = captured_path(problem_file)
+    if sidecar.is_file():
+        digest.update(b"\0captured\0" + sidecar.read_bytes())
+    return digest.hexdigest()
 
 
 def _module_from_path(path: Path) -> ModuleType:

@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 
 import metakernelbench
 import metakernelbench.verifier
+from metakernelbench.problem_kit import CAPTURED_SUFFIX
 from metakernelbench.problems import Problem, oracle_file
 
 from . import config
@@ -194,7 +195,7 @@ def _sandbox_files(problem: Problem, dsl: Dsl, task: str) -> dict[str, TaskFile]
     files = {
         "environment/Dockerfile": TaskFile.text(
             render("environment/Dockerfile", base=_base_image(dsl, task, "sandbox (agent)"), dsl=dsl.key,
-                   dsl_name=dsl.name)
+                   dsl_name=dsl.name, captured_copy=_captured_copy(problem))
         ),
         "environment/docker-compose.yaml": TaskFile.text(
             render("environment/docker-compose.yaml", task=task, minutes=str(config.AGENT_TIMEOUT_SEC // 60),
@@ -208,6 +209,8 @@ def _sandbox_files(problem: Problem, dsl: Dsl, task: str) -> dict[str, TaskFile]
         "environment/problem.py": TaskFile(problem.spec.path.read_bytes()),
         f"environment/docs/{dsl.key}.md": TaskFile.text(template_text(f"docs/{dsl.key}.md")),
     }
+    if problem.captured_file is not None:  # the captured values travel beside the problem, as in problems/
+        files[f"environment/problem{CAPTURED_SUFFIX}"] = TaskFile(problem.captured_file.read_bytes())
     files |= _judge_client("environment", SANDBOX_CLIENT)
     # the static rules as the judge applies them (standard library only; they hold no secret)
     rules = Path(metakernelbench.verifier.__file__).parent / "rules.py"
@@ -217,6 +220,13 @@ def _sandbox_files(problem: Problem, dsl: Dsl, task: str) -> dict[str, TaskFile]
     )
     files["environment/metakernelbench/problem_kit.py"] = TaskFile(kit.read_bytes())
     return files
+
+
+def _captured_copy(problem: Problem) -> str:
+    """The sandbox Dockerfile's line for the problem's captured values; empty when it has none."""
+    if problem.captured_file is None:
+        return ""
+    return f"COPY problem{CAPTURED_SUFFIX} /app/problem{CAPTURED_SUFFIX}\n"
 
 
 def _grading_json(problem: Problem, dsl: Dsl, task: str) -> str:

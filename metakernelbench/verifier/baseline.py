@@ -24,6 +24,8 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from metakernelbench.problems import source_digest
+
 
 class EagerBaseline(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -43,7 +45,7 @@ def default_cache_dir() -> Path:
 
 
 def baseline_key(problem_path: Path, workload: dict, device_name: str, warmup: int, timed: int) -> str:
-    digest = hashlib.sha256(Path(problem_path).read_bytes())
+    digest = hashlib.sha256(source_digest(Path(problem_path)).encode())
     digest.update(json.dumps(workload, sort_keys=True, default=str).encode())
     digest.update(f"|{device_name}|{torch.__version__}|{warmup}|{timed}".encode())
     return digest.hexdigest()[:32]

@@ -42,9 +42,9 @@ STAGE_POLL_S = 1.0
 
 
 def code_fingerprint(package: Path = REPO_ROOT / "metakernelbench", problems: Path = PROBLEMS_DIR) -> str:
-    """sha256 over the grader's Python files and the problem files (relative path and bytes)."""
+    """sha256 over the grader's Python files and the problem files with their captured values."""
     digest = hashlib.sha256()
-    for root, pattern in ((package, "**/*.py"), (problems, "**/*.py")):
+    for root, pattern in ((package, "**/*.py"), (problems, "**/*.py"), (problems, "**/*.captured.json")):
         for path in sorted(root.glob(pattern)):
             if "__pycache__" in path.parts:
                 continue
