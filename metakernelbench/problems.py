@@ -23,7 +23,9 @@ Optional declarations (defaults in brackets)::
                  along ``dim``; the named companions are permuted the same way [{}]
     TOLERANCE_FACTOR   the anchor factor F [3.0]; set only with TOLERANCE_NOTE saying why
     captured values: ``<NN>_<slug>.captured.json`` beside the file, read with
-                 ``problem_kit.captured(__file__)`` (source, record, license, attribution, values)
+                 ``problem_kit.captured(__file__)`` inside make_inputs, never at import (the grader's
+                 negative controls embed the problem's source elsewhere); fields: source, record,
+                 license, attribution, values
     physical_floor(**workload) -> {"bytes": int, "flops": int, "math": "fp32|tf32|bf16|fp8|fp4"}
                  the least traffic and arithmetic any correct implementation must do
     text_values(**workload) -> dict   numbers the docstring quotes that derive from the workload

@@ -252,6 +252,27 @@ def test_solution_without_oracle_fails_honestly(tmp_path):
     assert "no oracle kernel for this task yet" in run.stderr
 
 
+def test_captured_values_travel_beside_the_problem(tmp_path):
+    """A problem with a sidecar gets it copied into the sandbox next to /app/problem.py; one without gets no line."""
+    source = PROBLEMS_DIR / "mlp_norm" / f"{T28}.py"
+    path = tmp_path / "mlp_norm" / source.name
+    path.parent.mkdir()
+    path.write_bytes(source.read_bytes())
+    plain = render_task(load_problem(path), DSLS["tirx"], ORACLES)
+    assert "environment/problem.captured.json" not in plain
+    assert "captured" not in plain["environment/Dockerfile"].content.decode()
+    sidecar = b'{"source": "s", "record": "r", "license": "Apache-2.0", "attribution": "a", "values": {"v": [1]}}'
+    path.with_name(path.stem + ".captured.json").write_bytes(sidecar)
+    problem = load_problem(path)
+    files = render_task(problem, DSLS["tirx"], ORACLES)
+    assert files["environment/problem.captured.json"].content == sidecar
+    dockerfile = files["environment/Dockerfile"].content.decode()
+    assert "COPY problem.captured.json /app/problem.captured.json\n" in dockerfile
+    assert dockerfile.index("COPY problem.py") < dockerfile.index("COPY problem.captured.json")
+    # the digest the judge compares covers the sidecar
+    assert problem.source_sha256 != load_problem(source).source_sha256
+
+
 def _isolated_python(path, code):
     """Run ``code`` with only the standard library and ``path`` (no site-packages, no editable install)."""
     prelude = f"import sys; sys.path[:0] = [{str(path)!r}]; "

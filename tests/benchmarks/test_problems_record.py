@@ -1,0 +1,43 @@
+"""``h200_problems.py`` on the CPU: the record's fields, the controls, and the sample count rule."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import h200_problems  # noqa: E402
+
+
+def test_fast_references_get_the_full_loop():
+    assert h200_problems.timed_count(0.02) == (10, 50)
+
+
+@pytest.mark.parametrize("first_call_s", [2.0, 5.0, 60.0])
+def test_slow_references_get_fewer_calls_but_never_fewer_than_the_minimum(first_call_s):
+    warmup, timed = h200_problems.timed_count(first_call_s)
+    assert timed >= h200_problems.MIN_TIMED and timed < 50 and warmup < 10
+    if first_call_s * (h200_problems.MIN_TIMED + warmup) <= h200_problems.SLOW_BUDGET_S:
+        assert (warmup + timed) * first_call_s <= h200_problems.SLOW_BUDGET_S
+
+
+def test_small_run_records_controls_and_no_ceiling(tmp_path):
+    out = tmp_path / "problems.json"
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "h200_problems.py"), "--out", str(out),
+                           "--device", "cpu", "--small", "--only", "28"],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    record = json.loads(out.read_text())
+    (row,) = record["problems"]
+    assert row["problem"].startswith("28_") and "error" not in row
+    assert all(v.startswith(("rejected", "not applicable")) for v in row["controls"].values()), row["controls"]
+    assert row["eager_timed_calls"] == {"warmup": 10, "timed": 50} and len(row["eager_samples_ms"]) == 50
+    assert row["eager_measurable"] is (row["eager_ms"] >= h200_problems.EAGER_MIN_MS)
+    assert "eager_in_range" not in row and "eager_in_range" not in record["summary"]
+    assert record["summary"]["problems"] == 1 and record["summary"]["errors"] == []
