@@ -2,7 +2,7 @@
 
     python3 benchmarks/h200_oracle_check.py --out results/h200/oracle-check.json [--parallel 8]
                                             [--only 01,28_tirx,moe] [--small-only] [--device cuda]
-                                            [--kernel TASK=FILE]
+                                            [--kernel TASK=FILE] [--alone 33,34]
 
 Each oracle runs in its own process (``--one``), ``--parallel`` at a time (the DSLs' first-call
 compiles are CPU work, so a 16-core host checks several at once): the small workload once and the
@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--small-only", action="store_true", help="only the small workload's draw")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per oracle")
     p.add_argument("--kernel", action="append", default=[], metavar="TASK=FILE")
+    p.add_argument("--alone", default="",
+                   help="NN, NN_dsl or task names checked one at a time after the rest (workloads that need "
+                        "much of the GPU's memory)")
     args = p.parse_args(argv)
     if args.one:
         print(json.dumps(one(args.one[0], Path(args.one[1]), args.device, args.small_only)))
@@ -106,21 +109,38 @@ def main(argv: list[str] | None = None) -> int:
               "device": _device_name(args.device if ":" in args.device else f"{args.device}:0")
               if args.device.startswith("cuda") else args.device,
               "oracle_files": len(oracle_files()), "entries": []}
+    alone_keys = {k.strip() for k in args.alone.split(",") if k.strip()}
+    alone = [job for job in jobs if _matches(job[0], alone_keys)]
+    shared = [job for job in jobs if job not in alone]
     started = time.time()
-    with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
-        futures = [pool.submit(_subprocess, task, path, args.device, args.small_only, args.timeout)
-                   for task, _, _, path in jobs]
-        for future in futures:
-            entry = future.result()
-            entry["kernel"] = shown(entry["kernel"])
-            record["entries"].append(entry)
-            print(f"{entry['task']}: {'ok' if entry['ok'] else 'FAILED'} ({entry.get('seconds', '?')} s)"
-                  + ("" if entry["ok"] else f" {entry.get('error') or entry.get('draws')}"[:300]), flush=True)
-    record["wall_s"] = round(time.time() - started, 1)
-    record["ok"] = sum(e["ok"] for e in record["entries"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def record_entry(entry: dict) -> None:
+        """Add one result and rewrite the record, so a sweep stopped part way still leaves what it found."""
+        entry["kernel"] = shown(entry["kernel"])
+        record["entries"].append(entry)
+        record["wall_s"] = round(time.time() - started, 1)
+        record["ok"] = sum(e["ok"] for e in record["entries"])
+        record["complete"] = len(record["entries"]) == len(jobs)
+        args.out.write_text(json.dumps(record, indent=2) + "\n")
+        print(f"{entry['task']}: {'ok' if entry['ok'] else 'FAILED'} ({entry.get('seconds', '?')} s)"
+              + ("" if entry["ok"] else f" {entry.get('error') or entry.get('draws')}"[:300]), flush=True)
+
+    for batch, workers in ((shared, args.parallel), (alone, 1)):
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            futures = [pool.submit(_subprocess, task, path, args.device, args.small_only, args.timeout)
+                       for task, _, _, path in batch]
+            for future in as_completed(futures):
+                record_entry(future.result())
+    record["entries"].sort(key=lambda e: e["task"])  # completion order above; task order in the file
     args.out.write_text(json.dumps(record, indent=2) + "\n")
     return 0
+
+
+def _matches(task: str, keys: set[str]) -> bool:
+    """``task`` (NN_slug_dsl) is named by one of ``keys``: its NN, NN_dsl or its full name."""
+    nn, dsl = task[:2], task.rpartition("_")[2]
+    return bool(keys & {nn, f"{nn}_{dsl}", task})
 
 
 if __name__ == "__main__":

@@ -34,3 +34,11 @@ def test_a_wrong_kernel_is_reported_with_its_mismatch(tmp_path):
     record = _sweep(tmp_path, wrong)
     (entry,) = record["entries"]
     assert not entry["ok"] and record["ok"] == 0 and entry["draws"][0]["mismatch"]
+
+
+def test_alone_names_tasks_by_number_dsl_or_name():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from h200_oracle_check import _matches
+
+    assert _matches(f"{TASK}", {"28"}) and _matches(TASK, {"28_tirx"}) and _matches(TASK, {TASK})
+    assert not _matches(TASK, {"28_cutedsl"}) and not _matches(TASK, {"2"}) and not _matches(TASK, set())
