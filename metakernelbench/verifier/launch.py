@@ -50,6 +50,10 @@ class GradeConfig:
     eager_baseline_timed: int = 100
     eager_check_warmup: int = 3
     eager_check_timed: int = 20
+    # a cached baseline's check takes fewer calls (at least eager_check_min) when eager_check_timed
+    # calls of a slow reference would exceed this many seconds (upstream workloads reach seconds a call)
+    eager_check_budget_s: float = 10.0
+    eager_check_min: int = 5
     eager_cache: bool = True  # reuse a baseline measured earlier (baseline.default_cache_dir())
     max_bypass_sites: int = 16
     max_output_bytes: int = 8 << 30

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import baseline as baseline_mod
-from .launch import Verdict, WorkerHandle
+from .launch import GradeConfig, Verdict, WorkerHandle
 from .protocol import FetchRequest
 from .result import Status, Timing
 
@@ -94,6 +94,18 @@ def timing_loop(ev: Evaluation, handle: WorkerHandle, seeds: list[int], warmup: 
     return LoopTimes(spans, own, returned)
 
 
+def check_calls(cfg: GradeConfig, cached: baseline_mod.EagerBaseline | None) -> int:
+    """Timed calls of this grading's drift check: ``eager_check_timed``, fewer for a slow cached reference.
+
+    The check only has to show that the cached median still holds; a reference of seconds a call
+    (an upstream-sized workload) would otherwise spend most of a grading re-timing itself.
+    """
+    if cached is None:
+        return cfg.eager_check_timed
+    fit = int(cfg.eager_check_budget_s * 1e3 / max(cached.median_ms, 1e-6))
+    return max(min(cfg.eager_check_min, cfg.eager_check_timed), min(cfg.eager_check_timed, fit))
+
+
 def eager_baseline(ev: Evaluation, device_name: str) -> EagerBaseline:
     """The eager reference's baseline (cached, or measured now) and this grading's check of it."""
     cfg = ev.config
@@ -101,7 +113,7 @@ def eager_baseline(ev: Evaluation, device_name: str) -> EagerBaseline:
                                     cfg.eager_baseline_warmup, cfg.eager_baseline_timed)
     cache = baseline_mod.default_cache_dir() if cfg.eager_cache else None
     cached = baseline_mod.load(cache, key)
-    check_seeds = [ev.seed() for _ in range(cfg.eager_check_warmup + cfg.eager_check_timed)]
+    check_seeds = [ev.seed() for _ in range(cfg.eager_check_warmup + check_calls(cfg, cached))]
     check_loop = timing_loop(ev, ev.reference, check_seeds, cfg.eager_check_warmup, None)
     check = Timing.from_samples(check_loop.spans_ms)
     ref_gap_us = check_loop.signal_overhead_us()[1]
