@@ -4,6 +4,9 @@ for sm_90a with the instructions their design relies on; on a GPU they match the
 import pytest
 from oracle_support import check_cutedsl_compiles, check_on_gpu, check_tirx_nvrtc, check_tirx_sources, load
 
+from metakernelbench.problem_kit import captured
+from metakernelbench.problems import find_problem
+
 STEM = "09_gqa_ragged_prefill_causal_h8_kv1_d256_bf16"
 
 
@@ -17,6 +20,15 @@ def test_cutedsl_compiles(tmp_path):
                             "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
                             "cp.async.cg.shared.global", "cp.async.wait_group", "ex2.approx",
                             "shfl.sync.bfly.b32", "rcp.rn.f32", "cvt.rn.bf16", "st.global.v4", "bar.sync"], tmp_path)
+
+
+def test_cutedsl_compiles_for_the_captured_profile():
+    # the compile-only check uses the captured query and KV token counts
+    pytest.importorskip("cutlass.cute")
+    values = captured(find_problem(STEM).spec.path)
+    module = load(STEM, "cutedsl")
+    assert module.TOTAL_TOKENS == values["qo_indptr"][-1]
+    assert module.TOTAL_KV == values["qo_indptr"][-1] + sum(values["prefix_lens"])
 
 
 def test_tirx_sources():
@@ -36,7 +48,7 @@ def test_tirx_sources():
 def test_small_head_dim_compiles():
     # the small workload has head_dim 64: both kernels must also build there (CuTe: 64-key blocks,
     # one 64-column slab; TIRx: one 4-dim output group per thread, 64-key V slices)
-    load(STEM, "cutedsl")._compile(3, 8, 1, 64, 30, 39, "sm_90a")
+    load(STEM, "cutedsl")._compile(3, 8, 1, 64, 21, 31, "sm_90a")
     (source,) = load(STEM, "tirx").kernel_sources("sm_90a", head_dim=64).values()
     assert "__shared__ alignas(64) float pool_ptr[4096]" in source
 
