@@ -2,7 +2,10 @@
 oracles compile for sm_90a with the instructions their design relies on; on a GPU they match the reference."""
 
 import pytest
-from oracle_support import check_cutedsl_compiles, check_on_gpu, check_tirx_nvrtc, check_tirx_sources
+import torch
+from oracle_support import check_cutedsl_compiles, check_on_gpu, check_tirx_nvrtc, check_tirx_sources, load
+
+from metakernelbench.problems import find_problem
 
 STEM = "05_gqa_paged_prefill_causal_h5_kv1_d128_ps1_bf16"
 
@@ -17,6 +20,14 @@ def test_cutedsl_compiles(tmp_path):
                             "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
                             "cp.async.cg.shared.global", "cp.async.wait_group", "ex2.approx",
                             "shfl.sync.bfly.b32", "rcp.rn.f32", "cvt.rn.bf16", "st.global.v4", "bar.sync"], tmp_path)
+
+
+def test_cutedsl_compiles_for_the_graded_token_counts():
+    # the compile checks use query and KV token counts fixed by the captured profile (not workload keys)
+    pytest.importorskip("cutlass.cute")
+    q, _, _, _, _, kv_indices, _ = find_problem(STEM).make_inputs(torch.device("meta"), torch.Generator())
+    oracle = load(STEM, "cutedsl")
+    assert (q.shape[0], kv_indices.shape[0]) == (oracle.TOTAL_TOKENS, oracle.TOTAL_KV)
 
 
 def test_tirx_sources():
