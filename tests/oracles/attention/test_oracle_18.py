@@ -19,7 +19,7 @@ def test_cutedsl_compiles(tmp_path):
 
 
 def test_cutedsl_compiles_the_small_shape():
-    """The small workload's shape (4 heads, dim 16: one head per quarter, one 16-byte chunk) traces too."""
+    """A small shape (4 heads, dim 16: one head per quarter, one 16-byte chunk; 33 pages) traces too."""
     from oracle_support import load
 
     score, select = load(STEM, "cutedsl")._compile(4, 4, 16, 64, 64, 33, arch="sm_90a")
