@@ -2,7 +2,10 @@
 with the intended instructions; on a GPU they match the reference under the grader's contract."""
 
 import pytest
-from oracle_support import check_cutedsl_compiles, check_on_gpu, check_tirx_nvrtc, check_tirx_sources
+import torch
+from oracle_support import check_cutedsl_compiles, check_on_gpu, check_tirx_nvrtc, check_tirx_sources, load
+
+from metakernelbench.problems import find_problem
 
 STEM = "71_gdn_varlen_prefill_qwen3next_bf16"
 
@@ -16,6 +19,13 @@ def test_cutedsl_compiles(tmp_path):
     assert ptx.count("shfl.sync.bfly.b32") == 12  # 2 reductions x xor 4, 2, 1 x 2 halves of an fp64
     assert "rcp.rn.f64" in ptx or "div.rn.f64" in ptx
     assert "ex2.approx" not in ptx and "lg2.approx" not in ptx
+
+
+def test_cutedsl_compiles_for_the_graded_token_count():
+    # the compile check uses the token count of the captured sequence layout (not a workload key)
+    pytest.importorskip("cutlass.cute")
+    q, *_ = find_problem(STEM).make_inputs(torch.device("meta"), torch.Generator())
+    assert q.shape[0] == load(STEM, "cutedsl").TOTAL_TOKENS
 
 
 def test_tirx_sources():
