@@ -36,7 +36,9 @@ INPUTS = ("q", "k_cache", "v_cache", "qo_indptr", "kv_indptr", "kv_indices", "kv
 OUTPUTS = ("output", "lse")
 SMALL_WORKLOAD = dict(batch=3, page_size=4, num_pages=40, length_divisor=32)
 SM_SCALE = 0.08838834764831843
-_profile = captured(__file__)  # qo_indptr, kv_indptr, kv_last_page_len of the captured record
+def _profile():
+    """qo_indptr, kv_indptr, kv_last_page_len of the captured record (read when inputs are drawn)."""
+    return captured(__file__)
 
 
 def sequence_shapes(batch, page_size, length_divisor):
@@ -45,7 +47,7 @@ def sequence_shapes(batch, page_size, length_divisor):
     At length_divisor 1 these are the captured values verbatim; the small CPU workload divides the
     query and page counts (never below 1) so that the same profile fits a few dozen tokens.
     """
-    qo, kv, last = _profile["qo_indptr"], _profile["kv_indptr"], _profile["kv_last_page_len"]
+    qo, kv, last = _profile()["qo_indptr"], _profile()["kv_indptr"], _profile()["kv_last_page_len"]
     assert 1 <= batch <= len(last) and length_divisor >= 1
     q_lens = [max(1, (qo[b + 1] - qo[b]) // length_divisor) for b in range(batch)]
     pages = [max(1, (kv[b + 1] - kv[b]) // length_divisor) for b in range(batch)]
