@@ -1,4 +1,4 @@
-"""Oracles for problem 47 (ERNIE-4.5 MoE: correction-bias softmax router, top-8 of 48 experts, shared
+"""Oracles for problem 47 (ERNIE-4.5 MoE: correction-bias softmax router, top-8 of 64 experts, shared
 expert, bf16): compile checks on the CPU, grading on a GPU."""
 
 import pytest
