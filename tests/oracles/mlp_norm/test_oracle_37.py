@@ -28,7 +28,7 @@ def test_tirx_sources():
 
 def test_tirx_transposed_a_source():
     source = load(STEM, "tirx").kernel_sources("sm_90a", ("dw2",))["mkb_bwd_gemm_kernel"]
-    assert "for (int kc = 0; kc < 32; ++kc)" in source  # dW2: K = tokens = 4096
+    assert "for (int kc = 0; kc < 64; ++kc)" in source  # dW2: K = tokens = 8192
     assert "*(float4*)(a_s_ptr + (((int)threadIdx.x) * 8)) = *(float4*)(ra_ptr + 0);" in source
 
 
