@@ -26,8 +26,9 @@ PROVENANCE = dict(
     "as padded bf16 bmm's (a per-expert Python loop is launch-bound); padding rows are zero. "
     "The source's bf16 index_add accumulates in expert order; here that order is made explicit. "
     "Grader memory (estimate): a draw is 3.4 GB, its float64 anchor copies 13.6 GB; the anchor's "
-    "padded [512, ~940, 2048] expert rows and outputs and the per-pair contributions ~40 GB; with the "
-    "candidate's draw and the reference's own draw held alongside, ~61 GB at the peak.",
+    "padded [512, ~940, 2048] expert rows and outputs and the per-pair contributions ~40 GB. The "
+    "grader's peak is in the rechecks, which hold three timed calls' draws while drawing twice more "
+    "for the reference and the anchor: ~67 GB; the reference worker and the candidate add ~13 GB.",
 )
 INPUTS = ("hidden_states", "router_weight", "expert_gate_proj", "expert_up_proj", "expert_down_proj",
           "shared_gate_proj", "shared_up_proj", "shared_down_proj", "shared_expert_gate_weight")
