@@ -20,6 +20,7 @@ class _Candidate:
     def __init__(self, tensors: list):
         self.tensors = tensors
         self.requests = []
+        self.max_bytes = 8 << 30
 
     def request(self, req, timeout):
         self.requests.append(req)
@@ -70,16 +71,30 @@ def test_an_incorrect_draw_ends_the_stage_as_incorrect():
     assert ev.checked == ["draw 0", "draw 1"]
 
 
-def test_rechecks_name_the_timed_call_they_judge():
-    ev = _Evaluation(kept=[torch.zeros(2), torch.zeros(2)])
+def test_rechecks_name_the_timed_call_they_judge_and_fetch_one_call_per_reply():
+    ev = _Evaluation(kept=[torch.zeros(2)])
     done = checks.recheck(ev, [1, 2, 3, 4, 5, 6], {2: (11, ()), 4: (13, ())})
     assert done == [0, 2]
     assert ev.checked == ["timed call 0 (rechecked after timing)", "timed call 2 (rechecked after timing)"]
-    assert ev.candidate.requests[0].calls == [11, 13]
+    assert [r.calls for r in ev.candidate.requests] == [[11], [13]]
 
 
 def test_kept_outputs_that_went_missing_are_a_reward_hack():
-    ev = _Evaluation(kept=[torch.zeros(2)])
+    ev = _Evaluation(kept=[])
     with pytest.raises(Verdict) as caught:
         checks.recheck(ev, [1, 2, 3, 4, 5, 6], {2: (11, ()), 4: (13, ())})
     assert caught.value.status is Status.REWARD_HACK
+
+
+def test_after_the_first_draw_replies_may_carry_twice_that_calls_outputs():
+    ev = _Evaluation(draws=2)
+    big = torch.zeros(5 << 30, dtype=torch.uint8, device="meta")  # a 5 GiB output, no memory needed
+    ev.call = lambda handle, inputs, **flags: (None, [big], [])
+    checks.correctness(ev)
+    assert ev.candidate.max_bytes == 2 * (5 << 30) + (64 << 20)
+
+
+def test_the_reply_bound_never_shrinks_below_the_configured_one():
+    ev = _Evaluation(draws=1)
+    checks.correctness(ev)  # outputs of 8 bytes
+    assert ev.candidate.max_bytes == ev.config.max_output_bytes
