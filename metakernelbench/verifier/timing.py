@@ -85,8 +85,11 @@ def timing_loop(ev: Evaluation, handle: WorkerHandle, seeds: list[int], warmup: 
             returned.append(result.returned_ns / 1e6)
             if keep is not None and i in keep:
                 # in-place inputs now hold the call's results: copy them as they are when the
-                # reply arrives, so work still running in the candidate cannot finish them later
-                keep[i] = (result.seq, tuple(v.clone() if name in ev.spec.inplace else v
+                # reply arrives, so work still running in the candidate cannot finish them later.
+                # The other inputs are not kept: the recheck compares with the reference of the
+                # seed, and holding three whole draws (GBs of weights at upstream sizes) would
+                # crowd the GPU at the recheck.
+                keep[i] = (result.seq, tuple(v.clone() if name in ev.spec.inplace else None
                                              for name, v in zip(ev.spec.inputs, inputs, strict=True)))
     # the checks the loop's calls deferred (``CallRequest.light_checks``) run now, before any
     # figure of this loop is used: a fetch of nothing

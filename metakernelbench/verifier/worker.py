@@ -386,6 +386,11 @@ class Worker:
             for out in self.kept.get(call, ()):
                 tensors.append(out)
                 metas.append(tensor_meta(out))
+        if not req.calls and torch.cuda.is_available() and torch.cuda.is_initialized():
+            # a loop has ended: give the allocator's cached blocks back before replying, so the
+            # next stage (another process's loop, the rechecks) has the GPU's memory; upstream-sized
+            # problems need most of it, and each process would otherwise keep its own peak
+            torch.cuda.empty_cache()
         self.send(Outputs(nonce=req.nonce, seq=req.seq, outputs=metas), tensors)
 
     def serve(self) -> None:
