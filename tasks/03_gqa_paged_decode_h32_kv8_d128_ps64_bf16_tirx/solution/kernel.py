@@ -29,6 +29,10 @@ Numerics: exp uses a precise polynomial (NVRTC compiles with --use_fast_math, wh
 ``T.exp`` approximate); log2 is the fast-math one, whose absolute error (~2^-22) is far below the
 fp32 tolerance of an LSE of magnitude ~18; the final division is the fast-math one, whose ~2 ulp
 fp32 error vanishes in the bf16 rounding. An empty sequence yields output 0 and LSE -inf.
+
+Offsets: a K/V element's offset (page * 65536 + slot * 1024 + kv head * 128 + dim) is computed in
+int32; the graded pools hold 29441 x 64 x 8 x 128 = 1.93e9 elements, below 2^31 (pools up to
+32767 pages fit). The byte address is formed in 64 bits.
 """
 
 import math

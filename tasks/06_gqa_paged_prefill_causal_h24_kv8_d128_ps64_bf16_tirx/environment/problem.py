@@ -1,19 +1,20 @@
 """Causal paged GQA prefill, 24 query heads on 8 KV heads of dim 128, page size 64 (Llama-3.2-3B).
 
-Query tokens are packed ragged by qo_indptr; the KV pages of sequence b are
-kv_indices[kv_indptr[b]:kv_indptr[b+1]]. Every page holds 64 tokens except the last, which holds
-kv_last_page_len[b] = 1; as captured, each sequence lists as many pages as it has queries, so n
-queries sit at the end of a 64*(n-1)+1-token context. Query head h uses KV head h // 3. Query i
-(0-based) sees KV position j only if j <= i + (L_kv - L_q). Logits are scaled by sm_scale, softmaxed
-in fp32 and average V; the output is rounded to bf16. The second output is the base-2 log-sum-exp of
-the scaled, masked logits per (query token, head), fp32.
+The query tokens of 15 captured sequences (6069 in all, 167..602 per sequence) are packed ragged by
+qo_indptr; the KV pages of sequence b are kv_indices[kv_indptr[b]:kv_indptr[b+1]], distinct pages of a
+32757-page pool. Every page holds 64 tokens except the last, which holds kv_last_page_len[b] = 1; as
+captured, each sequence lists as many pages as it has queries, so n queries sit at the end of a
+64*(n-1)+1-token context (10625..38465 tokens per sequence, 387471 in all). Query head h uses KV head
+h // 3. Query i (0-based) sees KV position j only if j <= i + (L_kv - L_q). Logits are scaled by
+sm_scale, softmaxed in fp32 and average V; the output is rounded to bf16. The second output is the
+base-2 log-sum-exp of the scaled, masked logits per (query token, head), fp32.
 """
 
 import math
 
 import torch
 
-from metakernelbench.problem_kit import acc, to_output
+from metakernelbench.problem_kit import acc, captured, to_output
 
 PROVENANCE = dict(
     source="FlashInfer-Trace",
@@ -21,54 +22,73 @@ PROVENANCE = dict(
     upstream="flashinfer-ai/flashinfer-trace definitions/gqa_paged/"
     "gqa_paged_prefill_causal_h24_kv8_d128_ps64.json (workload record 022ad0c2-152e-4feb-abb2-c141f0e7eb52)",
     license="Apache-2.0",
-    notes="Workload cut from 15 to 3 sequences (167, 250 and 602 query tokens: the captured extremes "
-    "and one between; contexts of 10625..38465 tokens; page pool scaled alike to 5500 of 32757 pages). "
-    "The 15 captured sequences need ~2.1 TFLOP of QK/PV work over 387k context tokens, which puts "
-    "the fp32 eager reference near 100 ms and its logits above 16 GB. The captured qo_indptr is not "
-    "redistributed; the fixed profile above stands in for it.",
+    notes="Upstream's workload in full: the 15 captured sequences (qo_indptr, kv_indptr and "
+    "kv_last_page_len of the record, verbatim, in the .captured.json beside this file) over the captured "
+    "pool of 32757 pages; page ids, q and the caches are drawn per draw. Grader memory at this size: "
+    "k_cache and v_cache are 4.3 GB each in bf16 and 17.2 GB each as the float64 anchor's copies; the "
+    "reference works one sequence at a time, and its largest logits (24 heads x 602 queries x 38465 keys) "
+    "take 2.2 GB in fp32 and 4.4 GB in float64 (all 15 sequences together would be 16.9 GB in fp32, but "
+    "they never coexist), so the grader peaks near 52 GB. Each cache holds 2146762752 elements, just "
+    "under 2**31: int32 element offsets still fit. SMALL_WORKLOAD takes the first 3 captured sequences "
+    "with query and page counts divided by length_divisor.",
 )
 INPUTS = ("q", "k_cache", "v_cache", "qo_indptr", "kv_indptr", "kv_indices", "kv_last_page_len", "sm_scale")
 OUTPUTS = ("output", "lse")
-SMALL_WORKLOAD = dict(batch=3, page_size=4, num_pages=40, total_tokens=14, min_len=2, max_len=8)
+SMALL_WORKLOAD = dict(batch=3, page_size=4, num_pages=40, length_divisor=32)
 SM_SCALE = 0.08838834764831843
+def _profile():
+    """qo_indptr, kv_indptr, kv_last_page_len of the captured record (read when inputs are drawn)."""
+    return captured(__file__)
 
 
-def ragged_profile(count, lo, hi, total, seed):
-    """A fixed ragged profile with exactly this count, minimum, maximum and sum (same every draw)."""
-    assert count >= 2 and lo * (count - 1) + hi <= total <= hi * (count - 1) + lo
-    g = torch.Generator().manual_seed(seed)
-    order = torch.randperm(count, generator=g).tolist()
-    weights = (torch.rand(count, generator=g).pow(2) + 0.05).tolist()
-    lengths = [lo] * count
-    lengths[order[0]] = hi
-    free = order[2:]  # order[1] keeps the minimum
-    budget = total - lo * (count - 1) - hi
-    wsum = sum(weights[i] for i in free)
-    for i in free:
-        lengths[i] += min(hi - lo, int(weights[i] / wsum * budget))
-    rest = total - sum(lengths)
-    while rest:  # hand out the remainder one unit at a time, never above hi
-        for i in free:
-            if rest and lengths[i] < hi:
-                lengths[i] += 1
-                rest -= 1
-    return torch.tensor(lengths, dtype=torch.int64)
+def sequence_shapes(batch, page_size, length_divisor):
+    """(query tokens, pages, tokens on the last page) of the first ``batch`` captured sequences.
+
+    At length_divisor 1 these are the captured values verbatim; the small CPU workload divides the
+    query and page counts (never below 1) so that the same profile fits a few dozen tokens.
+    """
+    qo, kv, last = _profile()["qo_indptr"], _profile()["kv_indptr"], _profile()["kv_last_page_len"]
+    assert 1 <= batch <= len(last) and length_divisor >= 1
+    q_lens = [max(1, (qo[b + 1] - qo[b]) // length_divisor) for b in range(batch)]
+    pages = [max(1, (kv[b + 1] - kv[b]) // length_divisor) for b in range(batch)]
+    last_lens = [min(last[b], page_size) for b in range(batch)]
+    assert all((p - 1) * page_size + t >= n for n, p, t in zip(q_lens, pages, last_lens, strict=True))
+    return q_lens, pages, last_lens
 
 
-def make_inputs(device, generator, *, batch=3, heads=24, kv_heads=8, head_dim=128, page_size=64, num_pages=5500,
-                total_tokens=1019, min_len=167, max_len=602):
-    lengths = ragged_profile(batch, min_len, max_len, total_tokens, seed=106)
-    qo_indptr = torch.zeros(batch + 1, dtype=torch.int32)
-    qo_indptr[1:] = torch.cumsum(lengths, 0).to(torch.int32)
-    q = torch.randn(total_tokens, heads, head_dim, device=device, generator=generator).to(torch.bfloat16)
+def context_lengths(batch, page_size, length_divisor):
+    """Query and KV token counts per sequence: L_kv = (pages - 1) * page_size + last-page tokens."""
+    q_lens, pages, last_lens = sequence_shapes(batch, page_size, length_divisor)
+    return q_lens, [(p - 1) * page_size + t for p, t in zip(pages, last_lens, strict=True)]
+
+
+def text_values(*, batch, page_size, length_divisor, **_):
+    """The query and context lengths the description quotes."""
+    q_lens, kv_lens = context_lengths(batch, page_size, length_divisor)
+    return {"query tokens per sequence": (min(q_lens), max(q_lens)),
+            "context tokens per sequence": (min(kv_lens), max(kv_lens)), "context tokens": sum(kv_lens)}
+
+
+def indptr(counts):
+    out = torch.zeros(len(counts) + 1, dtype=torch.int32)
+    out[1:] = torch.cumsum(torch.tensor(counts, dtype=torch.int64), 0).to(torch.int32)
+    return out
+
+
+def make_inputs(device, generator, *, batch=15, heads=24, kv_heads=8, head_dim=128, page_size=64,
+                num_pages=32757, length_divisor=1):
+    q_lens, pages, last_lens = sequence_shapes(batch, page_size, length_divisor)
+    tokens, nnz = sum(q_lens), sum(pages)
+    assert nnz <= num_pages, "the page pool must hold every listed page"
+    q = torch.randn(tokens, heads, head_dim, device=device, generator=generator).to(torch.bfloat16)
     cache_shape = (num_pages, page_size, kv_heads, head_dim)
     k_cache = torch.randn(cache_shape, device=device, generator=generator).to(torch.bfloat16)
     v_cache = torch.randn(cache_shape, device=device, generator=generator).to(torch.bfloat16)
     perm = torch.randperm(num_pages, device=device, generator=generator)
-    kv_indices = perm[:total_tokens].to(torch.int32)  # as many pages as query tokens, as captured
-    kv_last_page_len = torch.ones(batch, dtype=torch.int32, device=device)
-    qo_indptr = qo_indptr.to(device)
-    return q, k_cache, v_cache, qo_indptr, qo_indptr.clone(), kv_indices, kv_last_page_len, SM_SCALE
+    kv_indices = perm[:nnz].to(torch.int32)  # distinct pages, re-drawn per draw
+    kv_last_page_len = torch.tensor(last_lens, dtype=torch.int32, device=device)
+    return (q, k_cache, v_cache, indptr(q_lens).to(device), indptr(pages).to(device), kv_indices, kv_last_page_len,
+            SM_SCALE)
 
 
 def attend(q, k, v, sm_scale):
@@ -108,10 +128,10 @@ def reference(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, kv_last_pag
     return to_output(output, torch.bfloat16), to_output(lse / math.log(2.0), torch.float32)
 
 
-def physical_floor(*, batch, heads, kv_heads, head_dim, page_size, num_pages, total_tokens, min_len, max_len):
-    q_lengths = ragged_profile(batch, min_len, max_len, total_tokens, seed=106)
-    contexts = (q_lengths - 1) * page_size + 1
-    pairs = int((q_lengths * (contexts - q_lengths) + q_lengths * (q_lengths + 1) // 2).sum())
-    kv_bytes = 2 * int(contexts.sum()) * kv_heads * head_dim * 2
-    io_bytes = 2 * total_tokens * heads * head_dim * 2 + total_tokens * heads * 4 + total_tokens * 4
+def physical_floor(*, batch, heads, kv_heads, head_dim, page_size, num_pages, length_divisor):
+    q_lens, kv_lens = context_lengths(batch, page_size, length_divisor)
+    pairs = sum(n * (c - n) + n * (n + 1) // 2 for n, c in zip(q_lens, kv_lens, strict=True))
+    tokens, nnz = sum(q_lens), sum(sequence_shapes(batch, page_size, length_divisor)[1])
+    kv_bytes = 2 * sum(kv_lens) * kv_heads * head_dim * 2
+    io_bytes = 2 * tokens * heads * head_dim * 2 + tokens * heads * 4 + nnz * 4
     return {"bytes": kv_bytes + io_bytes, "flops": 4 * pairs * heads * head_dim, "math": "bf16"}

@@ -7,7 +7,7 @@ query i), softmax in fp32, P V, then the o-projection (3072 -> 3072). Given grad
 returns the gradients of the hidden states (summed over the q, k and v paths), of the four projection
 weights and of the two norm weights (reduced over batch, positions and heads). Derived by hand: the
 soft-cap derivative is 1 - tanh^2, RoPE's inverse rotation is applied to the gradients, and the
-RMSNorm backward is r * (g - x_hat * mean(g * x_hat)).
+RMSNorm backward is r * (g - x_hat * mean(g * x_hat)). The graded batch is 64 sequences of 256 tokens.
 """
 
 import torch
@@ -19,9 +19,9 @@ PROVENANCE = dict(
     model="Gemma-3-4B",
     upstream="nvidia/SOL-ExecBench L2/037_qk_norm_rope_attention_core_backward, workload index 5",
     license="math and shapes only (SOL-ExecBench data is not redistributed); reference written here",
-    notes="Batch cut from 64 to 8 sequences of 256 tokens: the ~20 fp32 GEMMs of forward plus backward "
-    "come to ~2.5 TFLOP at batch 64, which puts the non-tensor-core fp32 eager reference near 50 ms; at "
-    "batch 8 it is ~0.3 TFLOP. Shapes per token are unchanged.",
+    notes="Upstream's workload in full: 64 sequences of 256 tokens (16384 tokens), hidden 3072. Every "
+    "input is synthetic, as in upstream (weights, hidden states and grad_output drawn per draw; the "
+    "rotary tables rebuilt from positions 0..255).",
 )
 INPUTS = ("grad_output", "hidden_states", "cos", "sin", "q_weight", "k_weight", "v_weight", "o_weight",
           "q_norm_weight", "k_norm_weight", "scaling", "attn_logit_softcapping", "rms_norm_eps")
@@ -31,7 +31,7 @@ SMALL_WORKLOAD = dict(batch=2, seq=12, hidden=48, heads=6, kv_heads=2, head_dim=
 THETA = 10000.0
 
 
-def make_inputs(device, generator, *, batch=8, seq=256, hidden=3072, heads=24, kv_heads=8, head_dim=128):
+def make_inputs(device, generator, *, batch=64, seq=256, hidden=3072, heads=24, kv_heads=8, head_dim=128):
     def randn(*shape, scale=1.0):
         return scale * torch.randn(*shape, device=device, generator=generator)
 

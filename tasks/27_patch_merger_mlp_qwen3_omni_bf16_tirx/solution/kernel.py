@@ -277,7 +277,7 @@ def _symbols(source):
     return names
 
 
-def kernel_sources(arch="sm_90a", images=4, frames=1, grid_h=64, grid_w=64, context=1536, out_dim=3584, gelu=True):
+def kernel_sources(arch="sm_90a", images=8, frames=1, grid_h=64, grid_w=64, context=1536, out_dim=3584, gelu=True):
     """{kernel symbol: generated CUDA source} at the graded workload (the problem's defaults): the norm kernel
     and the fc1 GEMM (GELU epilogue), or with gelu=False the plain fc2 GEMM."""
     patches = images * frames * grid_h * grid_w

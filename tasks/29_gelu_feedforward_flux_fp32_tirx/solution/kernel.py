@@ -258,7 +258,7 @@ def _symbols(source):
     return names
 
 
-def kernel_sources(arch="sm_90a", batch=8, seq=512, dim=3072, ff=12288, gelu=True):
+def kernel_sources(arch="sm_90a", batch=32, seq=512, dim=3072, ff=12288, gelu=True):
     """{kernel symbol: generated CUDA source} at the graded workload: fc1 (GELU epilogue) by default, fc2
     with gelu=False."""
     m = batch * seq

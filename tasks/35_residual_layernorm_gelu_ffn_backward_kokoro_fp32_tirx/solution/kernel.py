@@ -30,7 +30,7 @@ import tvm
 from tvm.script import tirx as T
 
 # The graded workload (the problem's make_inputs defaults).
-WORKLOAD = dict(batch=32, seq=1087, dim=512, ff=2048)
+WORKLOAD = dict(batch=64, seq=1087, dim=512, ff=2048)
 EPS = 1e-5  # the problem's eps; kernels are built for the eps they are called with
 BM, BN, BK = 128, 128, 16
 FOLD = 8  # K slices (128 values) summed from zero before they are added to the total

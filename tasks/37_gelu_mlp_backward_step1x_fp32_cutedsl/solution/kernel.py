@@ -39,7 +39,7 @@ from cuda.bindings import driver as cuda
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
 # The graded workload (the problem's make_inputs defaults), for compile-only checks.
-WORKLOAD = dict(batch=32, seq=128, dim=2048, ff=8192)
+WORKLOAD = dict(batch=64, seq=128, dim=2048, ff=8192)
 _BM, _BN, _BK = 128, 128, 16
 _FOLD = 8  # K slices (128 values) summed from zero before they are added to the total
 _THREADS = 256
@@ -59,8 +59,10 @@ def _gelu_tanh_grad(z):
 
 
 @cute.kernel
-def bwd_gemm_kernel(mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, mZ: cute.Tensor, k: cutlass.Constexpr,
-                    a_km: cutlass.Constexpr, gelu_grad: cutlass.Constexpr):
+def bwd_gemm_kernel(a_km: cutlass.Constexpr, gelu_grad: cutlass.Constexpr, mA: cute.Tensor, mB: cute.Tensor,
+                    mC: cute.Tensor, mZ: cute.Tensor, k: cutlass.Constexpr):
+    # The flags lead the signature so that they lead the mangled kernel name, which CuTe DSL cuts at
+    # 180 characters: at the graded workload the dX and dW1 builds differ only in a_km.
     tidx, _, _ = cute.arch.thread_idx()
     cta, _, _ = cute.arch.block_idx()
     k_tiles = k // _BK
@@ -175,7 +177,7 @@ def colsum_kernel(mX: cute.Tensor, mOut: cute.Tensor, rows: cutlass.Constexpr):
 def bwd_gemm(mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, mZ: cute.Tensor, k: cutlass.Constexpr,
              a_km: cutlass.Constexpr, gelu_grad: cutlass.Constexpr, stream: cuda.CUstream):
     tiles = (cute.size(mC, mode=[0]) // _BM) * (cute.size(mC, mode=[1]) // _BN)
-    bwd_gemm_kernel(mA, mB, mC, mZ, k, a_km, gelu_grad).launch(grid=[tiles, 1, 1], block=[_THREADS, 1, 1],
+    bwd_gemm_kernel(a_km, gelu_grad, mA, mB, mC, mZ, k).launch(grid=[tiles, 1, 1], block=[_THREADS, 1, 1],
                                                                 stream=stream)
 
 

@@ -33,7 +33,7 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
 GROUPS, TOPK_GROUPS, TOPK, BLOCK = 8, 4, 8, 128
 # The graded workload (the problem's make_inputs defaults), for compile-only checks.
-WORKLOAD = dict(tokens=2048, experts=256, local_experts=32, hidden=7168, inter=2048)
+WORKLOAD = dict(tokens=14107, experts=256, local_experts=32, hidden=7168, inter=2048)
 BM, BN_H, BN_Y, BK = 64, 64, 128, 32  # rows per tile, h columns per CTA, y columns per CTA, K step
 _THREADS = 256
 _ROUTE_WARPS = 4

@@ -1,6 +1,7 @@
 """Capacity-limited MoE expert execution (routing given), 160 SwiGLU experts, top-8, bf16.
 
-Capacity C = floor(T * k / E * 1.25) slots per expert (320 here). The (token, k) assignments are
+8192 tokens, hidden 6144, expert intermediate 2560. Capacity C = floor(T * k / E * 1.25) slots per
+expert (512 here). The (token, k) assignments are
 flattened token-major and stably sorted by expert; each expert keeps its first C assignments and
 drops the rest. Kept tokens are packed into a zero-initialised [E, C, H] buffer and run through
 batched SwiGLU experts (x @ W with W [E, in, out]): a = silu(x W_g) * (x W_u), y = a W_d, with bf16
@@ -19,11 +20,17 @@ PROVENANCE = dict(
     upstream="nvidia/SOL-ExecBench L2/012_moe_expert_batched_execution_with_capacity_factor, "
     "workload index 8",
     license="math and shapes only (SOL-ExecBench data is not redistributed); reference written here",
-    notes="Measured on the H200 (benchmarks/h200_problems.py): the eager reference took 21.4 ms per call at"
-    " the previous workload, above the 20 ms ceiling; cut to tokens 8192 -> 5120. "
+    notes="Upstream's workload in full (8192 tokens, capacity 512). Synthetic draws, as upstream's: "
+    "expert assignments from a per-expert popularity plus Gumbel noise, so some experts overflow. "
     "The GEMMs run as bf16 GEMMs with fp32 accumulation (as in the source). The source's bf16 "
     "index_add has no defined order for a token's 8 contributions; here they are added in ascending "
-    "expert order (the order the sorted assignments list them in), so the reference is deterministic.",
+    "expert order (the order the sorted assignments list them in), so the reference is deterministic. "
+    "Grader memory (estimate): a draw is 15.2 GB (three 5.03 GB bf16 weight stacks); the float64 anchor "
+    "copies 60.4 GB; the anchor's intermediates (the [160, 512, 6144] slot buffer and y, the per-pair "
+    "contributions) ~17 GB. The grader's peak is in the rechecks, which hold three timed calls' draws "
+    "(45.6 GB) while drawing twice more for the reference and the anchor: ~138 GB; the reference "
+    "worker and the candidate add ~8 GB. That fills the H200 (the weights alone set it: fewer tokens "
+    "save only a few GB of the anchor's buffers), so it is kept as upstream but is the tightest fit.",
 )
 INPUTS = ("hidden_states", "selected_experts", "routing_weights", "expert_gate_weights",
           "expert_up_weights", "expert_down_weights")
@@ -41,7 +48,7 @@ def _bf16(t):
     return round_to(t, torch.bfloat16)
 
 
-def make_inputs(device, generator, *, tokens=5120, hidden=6144, inter=2560, experts=160, top_k=8):
+def make_inputs(device, generator, *, tokens=8192, hidden=6144, inter=2560, experts=160, top_k=8):
     def randn(*shape, std=1.0):
         return std * torch.randn(*shape, device=device, generator=generator)
 
@@ -76,10 +83,13 @@ def reference(hidden_states, selected_experts, routing_weights, expert_gate_weig
     buffer[expert, slot] = x[pair // top_k]
     gate = _bf16(torch.bmm(buffer, expert_gate_weights))
     up = _bf16(torch.bmm(buffer, expert_up_weights))
+    del buffer  # the float64 anchor's buffers are GBs: free each one once it is used
     y = _bf16(torch.bmm(_bf16(_bf16(F.silu(gate)) * up), expert_down_weights))
+    del gate, up
 
     contrib = x.new_zeros(pairs, x.shape[1])  # dropped assignments contribute zero
     contrib[pair] = _bf16(y[expert, slot] * routing_weights.flatten()[pair, None].to(x.dtype))
+    del y
     by_expert = selected_experts.argsort(dim=-1)
     contrib = contrib.view(tokens, top_k, -1)[torch.arange(tokens, device=x.device)[:, None], by_expert]
     out = contrib[:, 0]

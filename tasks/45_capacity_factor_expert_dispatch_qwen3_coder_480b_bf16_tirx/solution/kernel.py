@@ -40,7 +40,7 @@ from tvm.script import tirx as T
 
 CAPACITY_FACTOR = 1.25
 # The graded workload (the problem's make_inputs defaults).
-WORKLOAD = dict(tokens=5120, hidden=6144, inter=2560, experts=160, top_k=8)
+WORKLOAD = dict(tokens=8192, hidden=6144, inter=2560, experts=160, top_k=8)
 BM, BN, BK = 64, 128, 32  # rows per tile, columns per CTA (SwiGLU: 64 gate + 64 up), K step
 HALF = BN // 2
 THREADS = 256

@@ -1,5 +1,5 @@
 """TIRx oracle for problem 47: ERNIE-4.5 MoE layer (softmax router with a score-correction bias,
-top-8 of 48 SwiGLU experts, an ungated shared expert), bf16.
+top-8 of 64 SwiGLU experts, an ungated shared expert), bf16.
 
 Every GEMM and every elementwise step runs in TIRx kernels; torch only sorts indices.
 
@@ -560,7 +560,7 @@ def _symbols(source):
     return names
 
 
-def kernel_sources(arch="sm_90a", experts=48, hidden=8192, inter=3584, shared_inter=7168):
+def kernel_sources(arch="sm_90a", experts=64, hidden=8192, inter=3584, shared_inter=7168):
     """{kernel symbol: generated CUDA source} at the graded workload."""
     source = _build(experts, hidden, inter, shared_inter, arch).mod.imports[0].inspect_source()
     return {name: source for name in _symbols(source)}

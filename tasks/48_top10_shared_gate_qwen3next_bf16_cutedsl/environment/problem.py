@@ -1,5 +1,6 @@
 """Qwen3-Next sparse MoE block: top-10 of 512 SwiGLU experts plus a sigmoid-gated shared expert, bf16.
 
+64 x 613 tokens, hidden 2048, expert and shared intermediate 512.
 Router logits = x W_r^T in fp32 (returned rounded to bf16); p = softmax in fp32; the top-10 p are
 renormalised to sum 1 and rounded to bf16. Each selected expert computes
 y = (silu(x W_g^T) * (x W_u^T)) W_d^T with bf16 roundings after every GEMM and elementwise step,
@@ -18,12 +19,16 @@ PROVENANCE = dict(
     model="Qwen3-Next-80B-A3B",
     upstream="nvidia/SOL-ExecBench L2/061_sparse_moe_routing_and_experts, workload index 4",
     license="math and shapes only (SOL-ExecBench data is not redistributed); reference written here",
-    notes="Measured on the H200 (benchmarks/h200_problems.py): the eager reference took 27.4 ms per call at"
-    " the previous workload, above the 20 ms ceiling; cut to batch 64 -> 32. "
-    "Router logits in fp32 as upstream (the source multiplies in bf16); tokens are redrawn until "
-    "the 10th and 11th routing probabilities differ by >= 1e-5. The reference runs all 512 experts as "
-    "padded bf16 bmm's (a per-expert Python loop is launch-bound at ~25 ms); padding rows are zero. "
-    "The source's bf16 index_add accumulates in expert order; here that order is made explicit.",
+    notes="Upstream's workload in full (batch 64 x 613 = 39232 tokens). Synthetic draws, as upstream's. "
+    "Router logits in fp32 as upstream (the source multiplies in bf16); tokens are redrawn, only those "
+    "offending, until the 10th and 11th routing probabilities differ by >= 1e-5 (at 39232 tokens about "
+    "2.6% of tokens need a second draw; a draw settles in 3-4 passes). The reference runs all 512 experts "
+    "as padded bf16 bmm's (a per-expert Python loop is launch-bound); padding rows are zero. "
+    "The source's bf16 index_add accumulates in expert order; here that order is made explicit. "
+    "Grader memory (estimate): a draw is 3.4 GB, its float64 anchor copies 13.6 GB; the anchor's "
+    "padded [512, ~940, 2048] expert rows and outputs and the per-pair contributions ~40 GB. The "
+    "grader's peak is in the rechecks, which hold three timed calls' draws while drawing twice more "
+    "for the reference and the anchor: ~67 GB; the reference worker and the candidate add ~13 GB.",
 )
 INPUTS = ("hidden_states", "router_weight", "expert_gate_proj", "expert_up_proj", "expert_down_proj",
           "shared_gate_proj", "shared_up_proj", "shared_down_proj", "shared_expert_gate_weight")
@@ -45,13 +50,13 @@ def _route(logits, top_k):
     return index, values / values.sum(dim=-1, keepdim=True), top.values[:, top_k - 1] - top.values[:, top_k]
 
 
-def make_inputs(device, generator, *, batch=32, seqlen=613, hidden=2048, experts=512, inter=512):
+def make_inputs(device, generator, *, batch=64, seqlen=613, hidden=2048, experts=512, inter=512):
     def randn(*shape, std=1.0):
         return (std * torch.randn(*shape, device=device, generator=generator)).to(torch.bfloat16)
 
     router = randn(experts, hidden, std=hidden ** -0.5)
     x = randn(batch * seqlen, hidden)
-    for _ in range(100):  # redraw tokens whose top-k set is within MIN_GAP of a tie
+    for _ in range(100):  # redraw only the tokens whose top-k set is within MIN_GAP of a tie
         _, _, gap = _route(x.float() @ router.float().T, TOP_K)
         bad = (gap < MIN_GAP).nonzero().flatten()
         if bad.numel() == 0:

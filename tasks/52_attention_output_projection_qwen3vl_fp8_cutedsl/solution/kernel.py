@@ -32,7 +32,7 @@ FP8_MAX = 448.0
 MIN_SCALE = 1e-12
 QBLOCK = 128
 # The graded workload (the problem's make_inputs defaults), for compile-only checks.
-WORKLOAD = dict(tokens=4096, features=7680)
+WORKLOAD = dict(tokens=16384, features=7680)
 _BM, _BN, _BK = 128, 128, 32
 _GEMM_THREADS = 256  # 4 x 2 warps
 _ACT_WARPS = 4

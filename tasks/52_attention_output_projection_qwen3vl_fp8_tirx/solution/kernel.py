@@ -40,6 +40,8 @@ PADW = 20  # its shared-memory row stride in words (16 + 4 keeps the fragment re
 MMA = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 THREADS = 256
 ACT_WARPS = 4
+# The graded workload (the problem's make_inputs defaults), for compile-only checks.
+WORKLOAD = dict(tokens=16384, features=7680)
 _EXES: dict = {}
 _FNS: dict = {}
 _ARCHS: dict = {}
@@ -347,7 +349,7 @@ def _symbols(source):
     return names
 
 
-def kernel_sources(arch="sm_90a", tokens=4096, features=7680):
+def kernel_sources(arch="sm_90a", tokens=WORKLOAD["tokens"], features=WORKLOAD["features"]):
     """{kernel symbol: generated CUDA source} at the graded workload (the problem's defaults)."""
     padded = (tokens + BM - 1) // BM * BM
     sources = {}

@@ -42,7 +42,7 @@ QBLOCK = 128
 HEAD_DIM = 128
 NORM_WARPS = 4
 # The graded workload (the problem's make_inputs defaults), for compile-only checks.
-WORKLOAD = dict(batch=16, seq=256, hidden=7680, heads=60, kv_heads=8)
+WORKLOAD = dict(batch=64, seq=256, hidden=7680, heads=60, kv_heads=8)
 _BM, _BN, _BK = 128, 128, 32
 _GEMM_THREADS = 256  # 4 x 2 warps
 _ACT_WARPS = 4

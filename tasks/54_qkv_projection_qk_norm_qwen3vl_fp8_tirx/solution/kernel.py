@@ -49,6 +49,8 @@ PADW = 20  # its shared-memory row stride in words (16 + 4 keeps the fragment re
 MMA = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 THREADS = 256
 ACT_WARPS = 4
+# The graded workload (the problem's make_inputs defaults), for compile-only checks.
+WORKLOAD = dict(batch=64, seq=256, hidden=7680, heads=60, kv_heads=8)
 _EXES: dict = {}
 _FNS: dict = {}
 _ARCHS: dict = {}
@@ -437,7 +439,8 @@ def _symbols(source):
     return names
 
 
-def kernel_sources(arch="sm_90a", batch=16, seq=256, hidden=7680, heads=60, kv_heads=8):
+def kernel_sources(arch="sm_90a", batch=WORKLOAD["batch"], seq=WORKLOAD["seq"], hidden=WORKLOAD["hidden"],
+                   heads=WORKLOAD["heads"], kv_heads=WORKLOAD["kv_heads"]):
     """{kernel symbol: generated CUDA source} at the graded workload (the problem's defaults); the
     weight quantiser is shown at the q weight's shape (the k and v weights build the same kernel)."""
     rows = batch * seq

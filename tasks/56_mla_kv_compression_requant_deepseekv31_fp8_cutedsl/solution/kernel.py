@@ -42,7 +42,7 @@ QBLOCK = 128
 ROPE_DIM = 64
 HEAD_PAIR = 256
 # The graded workload (the problem's make_inputs defaults), for compile-only checks.
-WORKLOAD = dict(batch=32, seq=256, hidden=7168, kv_lora=512, heads=128)
+WORKLOAD = dict(batch=64, seq=256, hidden=7168, kv_lora=512, heads=128)
 _BM, _BN, _BK = 128, 128, 32
 _GEMM_THREADS = 256  # 4 x 2 warps
 _ACT_WARPS = 4

@@ -52,6 +52,8 @@ PADW = 20  # its shared-memory row stride in words (16 + 4 keeps the fragment re
 MMA = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 THREADS = 256
 ACT_WARPS = 4
+# The graded workload (the problem's make_inputs defaults), for compile-only checks.
+WORKLOAD = dict(batch=64, seq=256, hidden=7168, kv_lora=512, heads=128)
 _EXES: dict = {}
 _FNS: dict = {}
 _ARCHS: dict = {}
@@ -467,7 +469,8 @@ def _symbols(source):
     return names
 
 
-def kernel_sources(arch="sm_90a", batch=32, seq=256, hidden=7168, kv_lora=512, heads=128):
+def kernel_sources(arch="sm_90a", batch=WORKLOAD["batch"], seq=WORKLOAD["seq"], hidden=WORKLOAD["hidden"],
+                   kv_lora=WORKLOAD["kv_lora"], heads=WORKLOAD["heads"]):
     """{kernel symbol: generated CUDA source} at the graded workload (the problem's defaults)."""
     rows = batch * seq
     padded = (rows + BM - 1) // BM * BM

@@ -1,12 +1,12 @@
 """NVFP4 attention output projection (Nemotron-3-Nano), fp32 activation quantised in the call.
 
-The fp32 activation [16384, 4096] is quantised to NVFP4 on the fly, all in fp32: global decode scale
-g = amax(x) / (448 * 6); per 16-element block along K, s = e4m3(amax(block) / 6 / g) (two fp32
-divisions, then nearest-even e4m3); each element x / (s * g), clipped to +-6, rounds to the nearest
-E2M1 value (0, 0.5, 1, 1.5, 2, 3, 4, 6; ties to the even code). A block whose scale is 0 decodes to 0.
-The weight arrives pre-quantised: E2M1 codes packed two per byte (low nibble = even element, bit 3 =
-sign), e4m3 block scales and a global decode scale. Both operands decode to code * s * g and are
-multiplied in fp32: output [16384, 2816] fp32.
+The fp32 activation [32768, 4096] (32768 tokens) is quantised to NVFP4 on the fly, all in fp32:
+global decode scale g = amax(x) / (448 * 6) over the whole activation; per 16-element block along K,
+s = e4m3(amax(block) / 6 / g) (two fp32 divisions, then nearest-even e4m3); each element x / (s * g),
+clipped to +-6, rounds to the nearest E2M1 value (0, 0.5, 1, 1.5, 2, 3, 4, 6; ties to the even code).
+A block whose scale is 0 decodes to 0. The weight arrives pre-quantised: E2M1 codes packed two per
+byte (low nibble = even element, bit 3 = sign), e4m3 block scales and a global decode scale. Both
+operands decode to code * s * g and are multiplied in fp32: output [32768, 2816] fp32.
 
 Grading: the output is compared at fp32 precision, so the activation's codes must be exactly these:
 IEEE fp32 divisions as written (a multiplication by a reciprocal flips a code now and then).
@@ -21,11 +21,11 @@ PROVENANCE = dict(
     model="NVIDIA-Nemotron-3-Nano-30B-A3B (NVFP4)",
     upstream="nvidia/SOL-ExecBench Quant/024_nvfp4_attention_output_projection, workload index 15",
     license="math and shapes only (SOL-ExecBench data is not redistributed); reference written here",
-    notes="Workload: 16384 tokens instead of the source's 32768, so that the eager reference (a fp32 "
-    "GEMM of 0.38 TFLOP after dequantisation plus the quantiser's passes) stays near 10 ms on an H200; "
-    "at 32768 tokens it is estimated at ~20 ms, the top of the target range. Packed E2M1 pairs are "
-    "stored as uint8 (the bytes torch.float4_e2m1fn_x2 would hold). The "
-    "activation's quantisation runs in fp32 in the float64 anchor too, so both runs use the same codes.",
+    notes="Upstream's workload in full: 32768 tokens, 4096 -> 2816 (hidden 2688 padded to 2816); the "
+    "activation's global scale spans all 32768 tokens, as upstream. Every input is synthetic, as in "
+    "upstream (activation and the weight before its NVFP4 quantisation drawn per draw). Packed E2M1 "
+    "pairs are stored as uint8 (the bytes torch.float4_e2m1fn_x2 would hold). The activation's "
+    "quantisation runs in fp32 in the float64 anchor too, so both runs use the same codes.",
 )
 INPUTS = ("hidden_states", "weight_fp4", "weight_scale_fp8", "weight_global_decode_scale")
 OUTPUTS = ("output",)
@@ -74,7 +74,7 @@ def decode_nvfp4(packed, scale, g):
     return (values.unflatten(-1, (-1, BLOCK)) * acc(scale).unsqueeze(-1) * g).flatten(-2)
 
 
-def make_inputs(device, generator, *, tokens=16384, in_features=4096, out_features=2816):
+def make_inputs(device, generator, *, tokens=32768, in_features=4096, out_features=2816):
     x = torch.randn(tokens, in_features, device=device, generator=generator)
     w = 0.02 * torch.randn(out_features, in_features, device=device, generator=generator)
     return (x, *encode_nvfp4(w))

@@ -492,7 +492,7 @@ def _builds(batch, seqlen, hidden, heads, head_dim, state):
             ("gemm", (tokens, hidden, inner)))
 
 
-def kernel_sources(arch="sm_90a", batch=6, seqlen=512, hidden=8192, heads=256, head_dim=64, state=256,
+def kernel_sources(arch="sm_90a", batch=8, seqlen=512, hidden=8192, heads=256, head_dim=64, state=256,
                    out_proj=False):
     """{kernel symbol: generated CUDA source} at the graded workload (the problem's defaults): in_proj,
     conv, scan and norm kernels, or with out_proj=True the out_proj GEMM build (same symbol)."""

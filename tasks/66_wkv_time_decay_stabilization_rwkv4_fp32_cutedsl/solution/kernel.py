@@ -13,7 +13,7 @@ from cuda.bindings import driver as cuda
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
 # The graded workload (the problem's make_inputs defaults), for compile-only checks.
-WORKLOAD = dict(batch=64, steps=48, channels=2048)
+WORKLOAD = dict(batch=64, steps=1721, channels=2048)
 _THREADS = 256
 _COMPILED = {}
 

@@ -6,9 +6,9 @@ carried state. Nothing is left to torch except allocating the outputs.
 
 Numerics: TVM compiles CUDA through NVRTC with ``--use_fast_math``, so ``T.exp`` would become the
 approximate ``__expf`` and ``/`` an approximate division, both a few ulp off and compounding over
-128 steps. The kernel therefore uses ``exp_precise`` (Cody-Waite range reduction, a degree-7
-polynomial and an exact power-of-two scale built from the exponent bits: within 1 ulp) and a
-division refined by one Newton step, both made only of adds, multiplies, floor and bit casts,
+the sequence's 1721 steps. The kernel therefore uses ``exp_precise`` (Cody-Waite range reduction, a
+degree-7 polynomial and an exact power-of-two scale built from the exponent bits: within 1 ulp) and
+a division refined by one Newton step, both made only of adds, multiplies, floor and bit casts,
 which fast-math leaves exact. The operation order follows the reference (``m + w`` once, then
 ``- q``), so the result tracks the reference rounding closely.
 """

@@ -1,4 +1,5 @@
-"""The few helpers a problem file may import: precision switches for the float64 anchor.
+"""The few helpers a problem file may import: precision switches for the float64 anchor, and the
+loader of the values its source captured (``captured``).
 
 The grader runs every reference twice: once on the inputs as drawn (the *reference* result) and once
 with every floating input promoted to float64 (the *anchor*). A reference is written once and must
@@ -11,7 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
+import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -60,3 +65,36 @@ def round_to(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     step or a bf16 GEMM output the model really stores): the anchor must see them too.
     """
     return t.to(dtype).to(t.dtype)
+
+
+CAPTURED_SUFFIX = ".captured.json"
+CAPTURED_FIELDS = ("source", "record", "license", "attribution", "values")
+
+
+def captured_path(problem_file: str | os.PathLike[str]) -> Path:
+    """Where a problem's captured values live: ``<problem stem>.captured.json`` beside the file."""
+    path = Path(problem_file)
+    return path.with_name(path.stem + CAPTURED_SUFFIX)
+
+
+def captured(problem_file: str | os.PathLike[str]) -> dict[str, Any]:
+    """The values a problem's source captured from real runs (index pointers, biases, decay rates).
+
+    They are data, not code: a JSON file beside the problem holds them with their source, record,
+    licence and attribution, so ``make_inputs`` draws around real values instead of synthetic ones.
+    A problem file calls ``captured(__file__)`` and reads ``["name"]``. A missing or malformed file
+    is an error naming the file, never a silent fallback to synthetic values.
+    """
+    path = captured_path(problem_file)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"{path}: the problem's captured values are missing") from exc
+    except ValueError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+    missing = [f for f in CAPTURED_FIELDS if not isinstance(data, dict) or f not in data]
+    if missing:
+        raise ValueError(f"{path}: missing field(s) {', '.join(missing)}")
+    if not isinstance(data["values"], dict) or not data["values"]:
+        raise ValueError(f"{path}: 'values' must be a non-empty object of named values")
+    return data["values"]
