@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -247,7 +248,7 @@ def main() -> None:
         commands = previous.get("commands", [previous.get("command", "")]) + commands
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT).stdout
     record = {
-        "commands": commands, "commit": commit.strip() or "unknown",
+        "commands": commands, "commit": commit.strip() or os.environ.get("MKB_COMMIT", "unknown"),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
