@@ -60,3 +60,42 @@ def test_solve_takes_the_problem_inputs(path):
     assert tuple(inspect.signature(module.solve).parameters) == spec.inputs
     workload = getattr(module, "WORKLOAD", {})
     assert workload == {k: spec.workload[k] for k in workload}
+
+
+
+def exports_its_keys(source: str) -> bool:
+    """Every ``tvm.IRModule`` of a TIRx oracle is a single ``{"main": ...}`` (found under "main"), or its
+    functions are re-exported under their keys with ``with_attr("global_symbol", key)``."""
+    import ast
+
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "IRModule"):
+            continue
+        arg = node.args[0] if node.args else None
+        only_main = isinstance(arg, ast.Dict) and all(isinstance(k, ast.Constant) and k.value == "main"
+                                                     for k in arg.keys)
+        value = arg.value if isinstance(arg, ast.DictComp) else None
+        re_exported = (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                       and value.func.attr == "with_attr" and bool(value.args)
+                       and isinstance(value.args[0], ast.Constant) and value.args[0].value == "global_symbol"
+                       and isinstance(arg.key, ast.Name) and len(value.args) > 1
+                       and isinstance(value.args[1], ast.Name) and value.args[1].id == arg.key.id)
+        if not (only_main or re_exported):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("path", [p for p in oracle_files() if p.stem.endswith("_tirx")], ids=lambda p: p.stem)
+def test_tirx_kernels_looked_up_by_name_are_exported_under_that_name(path):
+    """tvm.compile exports a prim_func under its own global_symbol, not its IRModule key: a lookup by
+    key then fails on the GPU ("Module has no function"), which no CPU compile shows."""
+    assert exports_its_keys(path.read_text())
+
+
+def test_the_export_check_can_fail():
+    unexported = 'funcs = {"router": a(), "gate": b()}\nexe = tvm.compile(tvm.IRModule(funcs))\n'
+    assert not exports_its_keys(unexported)
+    assert not exports_its_keys('exe = tvm.compile(tvm.IRModule({"router": a(), "main": b()}))\n')
+    assert exports_its_keys('exe = tvm.compile(tvm.IRModule({"main": a()}))\n')
+    fixed = 'tvm.IRModule({k: f.with_attr("global_symbol", k) for k, f in funcs.items()})'
+    assert exports_its_keys(unexported.replace("tvm.IRModule(funcs)", fixed))
