@@ -293,6 +293,12 @@ def _tc_kernel(kind, mp, hp, ip):
 _KINDS = ("dh", "dx", "dw_down", "dw_in")
 
 
+def _exported(funcs):
+    """An IRModule whose functions are exported under their keys (a prim_func otherwise exports its
+    own global_symbol, and the runtime module would have no function by the key's name)."""
+    return tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in funcs.items()})
+
+
 def _build(mp, hp, ip, arch):
     """Compile every kernel once per padded shape and arch; return the tvm Executable."""
     key = (mp, hp, ip, arch)
@@ -300,7 +306,7 @@ def _build(mp, hp, ip, arch):
         funcs = {kind: _tc_kernel(kind, mp, hp, ip) for kind in _KINDS}
         target = tvm.target.Target({"kind": "cuda", "arch": arch})
         with target:
-            _EXES[key] = tvm.compile(tvm.IRModule(funcs), target=target, tir_pipeline="tirx")
+            _EXES[key] = tvm.compile(_exported(funcs), target=target, tir_pipeline="tirx")
     return _EXES[key]
 
 

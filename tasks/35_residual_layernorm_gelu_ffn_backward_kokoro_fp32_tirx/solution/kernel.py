@@ -368,6 +368,12 @@ def _plan(tokens, dim, ff, padded):
     return tr, tp, dp, fp, k_tok, splits, (tokens + CH - 1) // CH
 
 
+def _exported(funcs):
+    """An IRModule whose functions are exported under their keys (a prim_func otherwise exports its
+    own global_symbol, and the runtime module would have no function by the key's name)."""
+    return tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in funcs.items()})
+
+
 def _build(plan, tokens, dim, eps, arch):
     """Compile every kernel once per shape, eps and arch; return the tvm Executable."""
     key = (plan, tokens, dim, eps, arch)
@@ -381,7 +387,7 @@ def _build(plan, tokens, dim, eps, arch):
             funcs["reduce_" + kind] = _reduce_kernel(kind, plan)
         target = tvm.target.Target({"kind": "cuda", "arch": arch})
         with target:
-            _EXES[key] = tvm.compile(tvm.IRModule(funcs), target=target, tir_pipeline="tirx")
+            _EXES[key] = tvm.compile(_exported(funcs), target=target, tir_pipeline="tirx")
     return _EXES[key]
 
 

@@ -21,7 +21,7 @@ import tvm
 from tvm.script import tirx as T
 
 # The graded workload (the problem's make_inputs defaults), for compile-only checks.
-WORKLOAD = dict(batch=64, seq=8192, hidden=2560)
+WORKLOAD = dict(batch=32, seq=8192, hidden=2560)
 MAX_THREADS = 512
 CHUNK = 64  # tokens per CTA of the main kernel (one fp32 partial row of dW each)
 ROWS = 2  # rows in flight per step

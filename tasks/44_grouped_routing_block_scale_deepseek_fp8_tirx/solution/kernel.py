@@ -366,8 +366,10 @@ def _build(experts, local, hidden, inter, arch):
     if key not in _EXES:
         assert experts % 32 == 0 and (experts // GROUPS) % (experts // 32) == 0
         assert hidden % BLOCK == 0 and inter % BLOCK == 0
-        mod = tvm.IRModule({"route": _route_kernel(experts), "gate_up": _gate_up_kernel(local, hidden, inter),
-                            "down": _down_kernel(local, hidden, inter), "combine": _combine_kernel(hidden)})
+        funcs = {"route": _route_kernel(experts), "gate_up": _gate_up_kernel(local, hidden, inter),
+                 "down": _down_kernel(local, hidden, inter), "combine": _combine_kernel(hidden)}
+        # exported under the keys: a prim_func otherwise exports its own global_symbol
+        mod = tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in funcs.items()})
         target = tvm.target.Target({"kind": "cuda", "arch": arch})
         with target:
             _EXES[key] = tvm.compile(mod, target=target, tir_pipeline="tirx")

@@ -431,6 +431,12 @@ def _tc_shapes(hidden, experts):
     return _TENSOR_CORES and experts % TBM == 0 and hidden % TBN == 0
 
 
+def _exported(funcs):
+    """An IRModule whose functions are exported under their keys (a prim_func otherwise exports its
+    own global_symbol, and the runtime module would have no function by the key's name)."""
+    return tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in funcs.items()})
+
+
 def _build(hidden, experts, top_k, arch):
     """Compile every kernel once per shape and arch; return the tvm Executable."""
     key = (hidden, experts, top_k, arch)
@@ -442,7 +448,7 @@ def _build(hidden, experts, top_k, arch):
             funcs["tc_gate"] = _tc_kernel(hidden, experts, True)
         target = tvm.target.Target({"kind": "cuda", "arch": arch})
         with target:
-            _EXES[key] = tvm.compile(tvm.IRModule(funcs), target=target, tir_pipeline="tirx")
+            _EXES[key] = tvm.compile(_exported(funcs), target=target, tir_pipeline="tirx")
     return _EXES[key]
 
 

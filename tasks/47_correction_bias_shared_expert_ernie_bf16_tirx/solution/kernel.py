@@ -434,6 +434,12 @@ def _combine_kernel(hidden):
     return mkb_moe_combine
 
 
+def _exported(funcs):
+    """An IRModule whose functions are exported under their keys (a prim_func otherwise exports its
+    own global_symbol, and the runtime module would have no function by the key's name)."""
+    return tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in funcs.items()})
+
+
 def _build(experts, hidden, inter, shared_inter, arch):
     """Compile every kernel once per shape and arch; return the tvm Executable."""
     key = (experts, hidden, inter, shared_inter, arch)
@@ -448,7 +454,7 @@ def _build(experts, hidden, inter, shared_inter, arch):
             funcs["down_shared"] = _gemm_kernel(hidden, shared_inter, "bfloat16", "mkb_moe_gemm_bf16_shared")
         target = tvm.target.Target({"kind": "cuda", "arch": arch})
         with target:
-            _EXES[key] = tvm.compile(tvm.IRModule(funcs), target=target, tir_pipeline="tirx")
+            _EXES[key] = tvm.compile(_exported(funcs), target=target, tir_pipeline="tirx")
     return _EXES[key]
 
 

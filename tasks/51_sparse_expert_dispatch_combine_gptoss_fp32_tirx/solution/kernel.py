@@ -256,6 +256,12 @@ def _combine_kernel(hidden, top_k):
     return mkb_moe_combine
 
 
+def _exported(funcs):
+    """An IRModule whose functions are exported under their keys (a prim_func otherwise exports its
+    own global_symbol, and the runtime module would have no function by the key's name)."""
+    return tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in funcs.items()})
+
+
 def _build(hidden, inter, top_k, arch):
     """Compile every kernel once per shape and arch; return the tvm Executable."""
     key = (hidden, inter, top_k, arch)
@@ -264,7 +270,7 @@ def _build(hidden, inter, top_k, arch):
                  "combine": _combine_kernel(hidden, top_k)}
         target = tvm.target.Target({"kind": "cuda", "arch": arch})
         with target:
-            _EXES[key] = tvm.compile(tvm.IRModule(funcs), target=target, tir_pipeline="tirx")
+            _EXES[key] = tvm.compile(_exported(funcs), target=target, tir_pipeline="tirx")
     return _EXES[key]
 
 
