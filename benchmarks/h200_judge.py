@@ -39,11 +39,15 @@ ORACLES = {dsl: REPO / "oracles" / "mlp_norm" / f"{PROBLEM}_{dsl}.py" for dsl in
 
 
 def _git_commit() -> str:
+    """The commit measured: ``MKB_COMMIT`` when set (a copied tree's git metadata can be older than its
+    files, so whoever sends the tree names its commit), else the checkout's HEAD."""
+    if os.environ.get("MKB_COMMIT"):
+        return os.environ["MKB_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("MKB_COMMIT", "unknown")
+        return "unknown"
 
 
 def _device_name(device: str) -> str:

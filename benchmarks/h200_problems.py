@@ -246,9 +246,11 @@ def main() -> None:
         rows = sorted([r for r in previous["problems"] if r["problem"] not in fresh] + rows,
                       key=lambda r: r["problem"])
         commands = previous.get("commands", [previous.get("command", "")]) + commands
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT).stdout
+    # MKB_COMMIT first: a copied tree's git metadata can be older than its files
+    commit = os.environ.get("MKB_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                                                            text=True, cwd=REPO_ROOT).stdout.strip()
     record = {
-        "commands": commands, "commit": commit.strip() or os.environ.get("MKB_COMMIT", "unknown"),
+        "commands": commands, "commit": commit or "unknown",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
