@@ -28,10 +28,18 @@ FP8_MAX = 448.0
 MIN_SCALE = 1e-6
 
 
+
+def true_divisor(value, like):
+    """``value`` as a 0-dim fp32 tensor on ``like``'s device: dividing by it is a correctly rounded
+    fp32 division on every device (torch's CUDA kernel turns a division by a Python number into a
+    multiply by its fp32 reciprocal, which can differ in the last bit and move an e4m3 code)."""
+    return torch.full((), value, dtype=torch.float32, device=like.device)
+
+
 def quantize_per_head(x):
     """e4m3 bytes [n, heads, dim] and fp32 scales [n, heads] of x, computed in fp32 in both runs."""
     x32 = x.to(torch.float32)
-    scale = torch.clamp(x32.abs().amax(dim=-1, keepdim=True) / FP8_MAX, min=MIN_SCALE)
+    scale = torch.clamp(x32.abs().amax(dim=-1, keepdim=True) / true_divisor(FP8_MAX, x32), min=MIN_SCALE)
     q = (x32 * torch.reciprocal(scale)).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     return q.view(torch.uint8), scale.squeeze(-1)
 

@@ -30,12 +30,20 @@ FP8_MAX = 448.0
 MIN_SCALE = 1e-12
 
 
+
+def true_divisor(value, like):
+    """``value`` as a 0-dim fp32 tensor on ``like``'s device: dividing by it is a correctly rounded
+    fp32 division on every device (torch's CUDA kernel turns a division by a Python number into a
+    multiply by its fp32 reciprocal, which can differ in the last bit and move an e4m3 code)."""
+    return torch.full((), value, dtype=torch.float32, device=like.device)
+
+
 def fp8_block_dequant(x, block_rows):
     """Quantise x [R, K] to e4m3 per block_rows x 128 block (in fp32) and return q * scale."""
     x32 = x.to(torch.float32)  # the quantisation step is defined in fp32, in both runs
     rows, cols = x32.shape
     blocks = x32.view(rows // block_rows, block_rows, cols // BLOCK, BLOCK)
-    scale = torch.clamp(blocks.abs().amax(dim=(1, 3), keepdim=True) / FP8_MAX, min=MIN_SCALE)
+    scale = torch.clamp(blocks.abs().amax(dim=(1, 3), keepdim=True) / true_divisor(FP8_MAX, blocks), min=MIN_SCALE)
     q = (blocks / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     return (acc(q) * acc(scale)).view(rows, cols)
 

@@ -29,11 +29,19 @@ FP8_MAX = 448.0
 MIN_SCALE = 1e-12
 
 
+
+def true_divisor(value, like):
+    """``value`` as a 0-dim fp32 tensor on ``like``'s device: dividing by it is a correctly rounded
+    fp32 division on every device (torch's CUDA kernel turns a division by a Python number into a
+    multiply by its fp32 reciprocal, which can differ in the last bit and move an e4m3 code)."""
+    return torch.full((), value, dtype=torch.float32, device=like.device)
+
+
 def quantize_fp8_blocks(x, block_rows):
     """e4m3 codes of fp32 x [R, K] and fp32 scales [R / block_rows, K / 128] (block_rows x 128 blocks)."""
     rows, cols = x.shape
     blocks = x.view(rows // block_rows, block_rows, cols // BLOCK, BLOCK)
-    scale = torch.clamp(blocks.abs().amax(dim=(1, 3), keepdim=True) / FP8_MAX, min=MIN_SCALE)
+    scale = torch.clamp(blocks.abs().amax(dim=(1, 3), keepdim=True) / true_divisor(FP8_MAX, blocks), min=MIN_SCALE)
     q = (blocks / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     return q.view(rows, cols), scale.view(rows // block_rows, cols // BLOCK)
 
