@@ -2,7 +2,10 @@
 oracles compile for sm_90a with the instructions their design relies on; on a GPU they match the reference."""
 
 import pytest
-from oracle_support import check_cutedsl_compiles, check_on_gpu, check_tirx_nvrtc, check_tirx_sources
+import torch
+from oracle_support import check_cutedsl_compiles, check_on_gpu, check_tirx_nvrtc, check_tirx_sources, load
+
+from metakernelbench.problems import find_problem
 
 STEM = "15_mla_paged_prefill_causal_h16_ckv512_kpe64_ps1_bf16"
 
@@ -44,3 +47,10 @@ def test_tirx_nvrtc(monkeypatch):
 @pytest.mark.parametrize("dsl", ["cutedsl", "tirx"])
 def test_on_gpu(dsl):
     check_on_gpu(STEM, dsl)
+
+
+def test_the_compile_checks_use_the_graded_token_counts():
+    # the CuTe compile checks fix the query and KV token counts of the captured profile (not workload keys)
+    pytest.importorskip("cutlass.cute")
+    q_nope, _, _, _, _, _, kv_indices, _ = find_problem(STEM).make_inputs(torch.device("meta"), torch.Generator())
+    assert (q_nope.shape[0], kv_indices.shape[0]) == load(STEM, "cutedsl")._GRADED_TOKENS

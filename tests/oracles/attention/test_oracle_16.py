@@ -2,7 +2,10 @@
 for sm_90a with the instructions their design relies on; on a GPU they match the reference."""
 
 import pytest
-from oracle_support import check_cutedsl_compiles, check_on_gpu, check_tirx_nvrtc, check_tirx_sources
+import torch
+from oracle_support import check_cutedsl_compiles, check_on_gpu, check_tirx_nvrtc, check_tirx_sources, load
+
+from metakernelbench.problems import find_problem
 
 STEM = "16_mla_ragged_prefill_causal_h16_qk192_vo128_bf16"
 
@@ -42,3 +45,10 @@ def test_tirx_nvrtc(monkeypatch):
 @pytest.mark.parametrize("dsl", ["cutedsl", "tirx"])
 def test_on_gpu(dsl):
     check_on_gpu(STEM, dsl)
+
+
+def test_the_compile_checks_use_the_graded_token_count():
+    # the CuTe compile checks fix the query token count of the captured profile (not a workload key)
+    pytest.importorskip("cutlass.cute")
+    q, *_ = find_problem(STEM).make_inputs(torch.device("meta"), torch.Generator())
+    assert q.shape[0] == load(STEM, "cutedsl")._GRADED_TOKENS
