@@ -19,11 +19,11 @@ def test_cutedsl_compiles(tmp_path):
 
 def test_tirx_sources():
     sources = check_tirx_sources(
-        STEM, ["mkb_ln_kernel", "mkb_in_proj_kernel", "mkb_filter_kernel", "mkb_conv_kernel", "mkb_out_proj_kernel",
-               "mkb_fc1_kernel", "mkb_fc2_kernel"],
+        STEM, ["ln_kernel", "in_proj_kernel", "filter_kernel", "conv_kernel", "out_proj_kernel",
+               "fc1_kernel", "fc2_kernel"],
         ["__shfl_xor_sync", "tvm_builtin_cuda_cta_sync()", "__shared__ alignas(64) float a_s_ptr[2048]",
          "*(float4*)(af_ptr + 4)", "floorf("])
-    assert "for (int s = 0; s < 256; ++s)" in sources["mkb_conv_kernel"]  # the direct causal convolution, L = 256
+    assert "for (int s = 0; s < 256; ++s)" in sources["conv_kernel"]  # the direct causal convolution, L = 256
 
 
 @pytest.mark.slow

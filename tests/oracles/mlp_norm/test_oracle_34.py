@@ -18,13 +18,13 @@ def test_cutedsl_compiles(tmp_path):
 
 def test_tirx_sources():
     sources = check_tirx_sources(
-        STEM, ["mkb_dh_kernel", "mkb_dx_kernel", "mkb_dw_down_kernel", "mkb_dw_in_kernel"],
+        STEM, ["dh_kernel", "dx_kernel", "dw_down_kernel", "dw_in_kernel"],
         ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "tvm_builtin_cuda_cta_sync()",
          "__shared__ alignas(64) uint a_s_ptr[1280]", "__shared__ alignas(64) uint b_s_ptr[2560]"])
-    assert "for (int kt = 0; kt < 512; ++kt)" in sources["mkb_dh_kernel"]  # K = hidden 16384 in slices of 32
-    assert "for (int kt = 0; kt < 3328; ++kt)" in sources["mkb_dx_kernel"]  # two products of K = 53248
-    assert "if (kt == 1664)" in sources["mkb_dx_kernel"]
-    assert "for (int kt = 0; kt < 256; ++kt)" in sources["mkb_dw_in_kernel"]  # K = 8192 tokens
+    assert "for (int kt = 0; kt < 512; ++kt)" in sources["dh_kernel"]  # K = hidden 16384 in slices of 32
+    assert "for (int kt = 0; kt < 3328; ++kt)" in sources["dx_kernel"]  # two products of K = 53248
+    assert "if (kt == 1664)" in sources["dx_kernel"]
+    assert "for (int kt = 0; kt < 256; ++kt)" in sources["dw_in_kernel"]  # K = 8192 tokens
 
 
 @pytest.mark.slow

@@ -18,13 +18,13 @@ def test_cutedsl_compiles(tmp_path):
 
 def test_tirx_sources():
     sources = check_tirx_sources(
-        STEM, ["mkb_row_kernel", "mkb_dgelu_kernel", "mkb_dhidden_kernel", "mkb_dw2_kernel", "mkb_dw1_kernel",
-               "mkb_colsum_d_kernel", "mkb_colsum_dn_kernel", "mkb_colsum_f_kernel", "mkb_reduce_d_kernel",
-               "mkb_reduce_f_kernel", "mkb_reduce_w_kernel"],
+        STEM, ["row_kernel", "dgelu_kernel", "dhidden_kernel", "dw2_kernel", "dw1_kernel",
+               "colsum_d_kernel", "colsum_dn_kernel", "colsum_f_kernel", "reduce_d_kernel",
+               "reduce_f_kernel", "reduce_w_kernel"],
         ["__shfl_xor_sync", "tvm_builtin_cuda_cta_sync()", "__shared__ alignas(64) float a_s_ptr[2048]",
          "*(float4*)(af_ptr + 4)", "(double)"])
-    assert "for (int kc = 0; kc < 4; ++kc)" in sources["mkb_dgelu_kernel"]  # K = 512: 4 chunks of 128
-    assert "for (int kc = 0; kc < 16; ++kc)" in sources["mkb_dw1_kernel"]  # 2048-token splits: 16 chunks
+    assert "for (int kc = 0; kc < 4; ++kc)" in sources["dgelu_kernel"]  # K = 512: 4 chunks of 128
+    assert "for (int kc = 0; kc < 16; ++kc)" in sources["dw1_kernel"]  # 2048-token splits: 16 chunks
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ def test_cutedsl_compiles(tmp_path):
 
 def test_tirx_sources():
     check_tirx_sources(
-        STEM, ["mkb_moe_route_kernel", "mkb_moe_gate_up_kernel", "mkb_moe_down_kernel", "mkb_moe_combine_kernel"],
+        STEM, ["route_kernel", "gate_up_kernel", "down_kernel", "combine_kernel"],
         ["__shfl_xor_sync", "tvm_builtin_cuda_cta_sync();", "__shared__ alignas(64) float a_s_ptr[2080]",
          "(nv_bfloat16)total"])
 

@@ -21,8 +21,8 @@ def test_cutedsl_compiles(tmp_path):
 
 def test_tirx_sources():
     check_tirx_sources(
-        STEM, ["mkb_moe_cap_swiglu_kernel", "mkb_moe_cap_down_kernel", "mkb_moe_cap_combine_kernel",
-               "mkb_moe_cap_tc_glu_kernel", "mkb_moe_cap_tc_down_kernel"],
+        STEM, ["swiglu_kernel", "down_kernel", "combine_kernel",
+               "tc_glu_kernel", "tc_down_kernel"],
         ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "__shared__ alignas(64) uint b_s_ptr[5120]",
          "tvm_builtin_cuda_cta_sync();", "__shared__ alignas(64) float a_s_ptr[2080]", "(nv_bfloat16)"])
 

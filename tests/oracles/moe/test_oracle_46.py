@@ -21,8 +21,8 @@ def test_cutedsl_compiles(tmp_path):
 
 def test_tirx_sources():
     check_tirx_sources(
-        STEM, ["mkb_router_bwd_kernel", "mkb_gemm_hidden_kernel", "mkb_gemm_gate_kernel", "mkb_reduce_gate_kernel",
-               "mkb_tc_hidden_kernel", "mkb_tc_gate_kernel"],
+        STEM, ["router_kernel", "hidden_kernel", "gate_kernel", "reduce_kernel",
+               "tc_hidden_kernel", "tc_gate_kernel"],
         ["__shfl_xor_sync", "__shfl_sync", "tvm_builtin_cuda_cta_sync();",
          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "__shared__ alignas(64) uint b_s_ptr[2560]",
          "__shared__ alignas(64) float a_s_ptr[2080]", "(nv_bfloat16)"])

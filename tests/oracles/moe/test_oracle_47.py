@@ -18,8 +18,8 @@ def test_cutedsl_compiles(tmp_path):
 
 def test_tirx_sources():
     check_tirx_sources(
-        STEM, ["mkb_moe_router_kernel", "mkb_moe_route_kernel", "mkb_moe_swiglu_kernel", "mkb_moe_gemm_bf16_kernel",
-               "mkb_moe_combine_kernel", "mkb_moe_swiglu_shared_kernel", "mkb_moe_gemm_bf16_shared_kernel"],
+        STEM, ["router_kernel", "route_kernel", "swiglu_kernel", "down_kernel",
+               "combine_kernel", "swiglu_shared_kernel", "down_shared_kernel"],
         ["__shfl_xor_sync", "tvm_builtin_cuda_cta_sync();", "__shared__ alignas(64) float a_s_ptr[2080]",
          "(nv_bfloat16)"])
 
