@@ -430,7 +430,8 @@ def _use_tensor_cores(hidden, inter):
 
 def _exported(funcs):
     """An IRModule whose functions are exported under their keys (a prim_func otherwise exports its
-    own global_symbol, and the runtime module would have no function by the key's name)."""
+    own global_symbol, and the runtime module would have no function by the key's name); the device
+    kernels are then named ``<key>_kernel``."""
     return tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in funcs.items()})
 
 
