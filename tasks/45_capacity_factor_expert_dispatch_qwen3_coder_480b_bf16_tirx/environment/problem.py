@@ -27,10 +27,10 @@ PROVENANCE = dict(
     "expert order (the order the sorted assignments list them in), so the reference is deterministic. "
     "Grader memory (estimate): a draw is 15.2 GB (three 5.03 GB bf16 weight stacks); the float64 anchor "
     "copies 60.4 GB; the anchor's intermediates (the [160, 512, 6144] slot buffer and y, the per-pair "
-    "contributions) ~17 GB. The grader's peak is in the rechecks, which hold three timed calls' draws "
-    "(45.6 GB) while drawing twice more for the reference and the anchor: ~138 GB; the reference "
-    "worker and the candidate add ~8 GB. That fills the H200 (the weights alone set it: fewer tokens "
-    "save only a few GB of the anchor's buffers), so it is kept as upstream but is the tightest fit.",
+    "contributions) ~17 GB. Measured on the H200 (results/h200/problems.json): the reference, its "
+    "float64 anchor and the controls peak at 102.6 GB in one process, the most of any problem; the "
+    "grader's rechecks keep only in-place inputs, not whole draws. Whether a full grading fits the "
+    "H200 is not yet measured; the weights set the size (fewer tokens save only a few GB).",
 )
 INPUTS = ("hidden_states", "selected_experts", "routing_weights", "expert_gate_weights",
           "expert_up_weights", "expert_down_weights")

@@ -24,9 +24,9 @@ PROVENANCE = dict(
     "(at 8192 tokens about 4% of tokens need a second draw; a draw settles in 3-4 passes). Grader memory "
     "(estimate): a draw is 11.8 GB (three 3.76 GB bf16 expert stacks, the shared expert, x); the float64 "
     "anchor copies 47 GB; the anchor's intermediates ~4 GB (per-expert rows are small; the shared "
-    "expert's [8192, 7168] activations). The grader's peak is in the rechecks, which hold three timed "
-    "calls' draws while drawing twice more for the reference and the anchor: ~106 GB; the reference "
-    "worker and the candidate add ~4 GB.",
+    "expert's [8192, 7168] activations). Measured on the H200 (results/h200/problems.json): the "
+    "reference, its float64 anchor and the controls peak at 83.9 GB in one process; whether a full "
+    "grading fits the H200 is not yet measured.",
 )
 INPUTS = ("hidden_states", "gate_weight", "e_score_correction_bias", "expert_gate_proj", "expert_up_proj",
           "expert_down_proj", "shared_gate_proj", "shared_up_proj", "shared_down_proj", "norm_min")

@@ -29,9 +29,9 @@ PROVENANCE = dict(
     "five float64 tensors of it (~119 GB). The reference worker keeps ~21 GB (its fp32 outputs and "
     "rows) and the candidate ~15 GB plus 13 GB per timed call kept for the rechecks: over 150 GB. At "
     "128 experts: a draw 6.6 GB, outputs 6.5 GB, the anchor's inputs and outputs 13.3 + 13.1 GB and "
-    "padded rows ([128, ~440, 4096]) ~17 GB; grader ~63 GB in the correctness draws and ~77 GB in the "
-    "rechecks (three kept draws), reference worker ~15 GB, candidate ~29 GB with its kept outputs: "
-    "~122 GB in all. The reference batches the experts as padded bmm's (a per-expert Python loop would "
+    "padded rows ([128, ~440, 4096]) ~17 GB; measured on the H200 (results/h200/problems.json) the "
+    "reference, its float64 anchor and the controls peak at 54.7 GB in one process. The reference "
+    "batches the experts as padded bmm's (a per-expert Python loop would "
     "launch thousands of kernels); padding rows are zero and contribute nothing. Each token's input "
     "gradient sums its 8 slots in slot order.",
 )

@@ -21,9 +21,8 @@ PROVENANCE = dict(
     "reference is a loop over the experts with strict fp32 GEMMs; experts are visited in ascending "
     "order and each token's contributions summed in that order. Grader memory (estimate): a draw is "
     "12.9 GB (gate_up 8.5 GB, down 4.2 GB in fp32), its float64 anchor copies 25.9 GB; per-expert "
-    "intermediates are small (~1 GB). The grader's peak is in the rechecks, which hold three timed "
-    "calls' draws while drawing twice more for the reference and the anchor: ~91 GB; the reference "
-    "worker and the candidate add ~3 GB.",
+    "intermediates are small (~1 GB). Measured on the H200 (results/h200/problems.json): the "
+    "reference, its float64 anchor and the controls peak at 68.8 GB in one process.",
 )
 INPUTS = ("hidden_states", "router_indices", "routing_weights", "gate_up_proj", "gate_up_proj_bias",
           "down_proj", "down_proj_bias")
