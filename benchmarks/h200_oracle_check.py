@@ -139,8 +139,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _matches(task: str, keys: set[str]) -> bool:
     """``task`` (NN_slug_dsl) is named by one of ``keys``: its NN, NN_dsl or its full name."""
-    nn, dsl = task[:2], task.rpartition("_")[2]
-    return bool(keys & {nn, f"{nn}_{dsl}", task})
+    from h200_oracles import task_keys
+
+    return bool(keys & task_keys(task))
 
 
 if __name__ == "__main__":

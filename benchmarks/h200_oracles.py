@@ -42,6 +42,12 @@ from metakernelbench.problems import find_problem, oracle_files, problem_paths  
 DSLS = ("cutedsl", "tirx")
 
 
+def task_keys(task: str, family: str | None = None) -> set[str]:
+    """The names that pick a task on the command line: its full name, NN, NN_dsl (and its family)."""
+    keys = {task, task[:2], f"{task[:2]}_{task.rpartition('_')[2]}"}
+    return keys | {family} if family else keys
+
+
 def selected(only: set[str] | None, overrides: dict[str, Path]) -> list[tuple[str, str, str, Path]]:
     """(task, family, dsl, kernel file) for every oracle picked by ``--only`` (all without it)."""
     found = {}
@@ -52,8 +58,7 @@ def selected(only: set[str] | None, overrides: dict[str, Path]) -> list[tuple[st
         found[task] = (family, task.rpartition("_")[2], path)
     picked = []
     for task, (family, dsl, path) in sorted(found.items()):
-        keys = {task, task[:2], f"{task[:2]}_{dsl}", family}
-        if only is None or keys & only:
+        if only is None or task_keys(task, family) & only:
             picked.append((task, family, dsl, path))
     return picked
 
