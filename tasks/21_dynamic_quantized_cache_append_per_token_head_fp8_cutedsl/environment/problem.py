@@ -10,6 +10,8 @@ caches are updated in place; nothing is returned.
 
 import torch
 
+from metakernelbench.problem_kit import true_divisor
+
 PROVENANCE = dict(
     source="vLLM",
     model="generic (8 KV heads x 128, block size 16)",
@@ -27,13 +29,6 @@ SMALL_WORKLOAD = dict(tokens=12, heads=2, head_dim=16, num_blocks=4, block_size=
 FP8_MAX = 448.0
 MIN_SCALE = 1e-6
 
-
-
-def true_divisor(value, like):
-    """``value`` as a 0-dim fp32 tensor on ``like``'s device: dividing by it is a correctly rounded
-    fp32 division on every device (torch's CUDA kernel turns a division by a Python number into a
-    multiply by its fp32 reciprocal, which can differ in the last bit and move an e4m3 code)."""
-    return torch.full((), value, dtype=torch.float32, device=like.device)
 
 
 def quantize_per_head(x):

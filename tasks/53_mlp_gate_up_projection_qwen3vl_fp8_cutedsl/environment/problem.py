@@ -9,7 +9,7 @@ output = silu(gate) * up is rounded to bf16.
 import torch
 import torch.nn.functional as F
 
-from metakernelbench.problem_kit import acc, to_output
+from metakernelbench.problem_kit import acc, to_output, true_divisor
 
 PROVENANCE = dict(
     source="SOL-ExecBench",
@@ -28,13 +28,6 @@ BLOCK = 128
 FP8_MAX = 448.0
 MIN_SCALE = 1e-12
 
-
-
-def true_divisor(value, like):
-    """``value`` as a 0-dim fp32 tensor on ``like``'s device: dividing by it is a correctly rounded
-    fp32 division on every device (torch's CUDA kernel turns a division by a Python number into a
-    multiply by its fp32 reciprocal, which can differ in the last bit and move an e4m3 code)."""
-    return torch.full((), value, dtype=torch.float32, device=like.device)
 
 
 def quantize_fp8_blocks(x, block_rows):

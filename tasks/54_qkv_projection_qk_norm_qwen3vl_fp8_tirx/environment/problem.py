@@ -12,7 +12,7 @@ the weight). All three are returned head-major, [B, heads, S, 128], contiguous. 
 
 import torch
 
-from metakernelbench.problem_kit import acc, to_output
+from metakernelbench.problem_kit import acc, to_output, true_divisor
 
 PROVENANCE = dict(
     source="SOL-ExecBench",
@@ -34,13 +34,6 @@ HEAD_DIM = 128
 FP8_MAX = 448.0
 MIN_SCALE = 1e-12
 
-
-
-def true_divisor(value, like):
-    """``value`` as a 0-dim fp32 tensor on ``like``'s device: dividing by it is a correctly rounded
-    fp32 division on every device (torch's CUDA kernel turns a division by a Python number into a
-    multiply by its fp32 reciprocal, which can differ in the last bit and move an e4m3 code)."""
-    return torch.full((), value, dtype=torch.float32, device=like.device)
 
 
 def _bf16(t):

@@ -19,7 +19,7 @@ it re-quantises the unrounded RMSNorm output; fp32 intermediates up to that quan
 
 import torch
 
-from metakernelbench.problem_kit import acc, to_output
+from metakernelbench.problem_kit import acc, to_output, true_divisor
 
 PROVENANCE = dict(
     source="SOL-ExecBench",
@@ -42,13 +42,6 @@ MIN_SCALE = 1e-12
 ROPE_DIM = 64
 HEAD_PAIR = 256  # 128 k_nope + 128 v values per head in kv_b's output
 
-
-
-def true_divisor(value, like):
-    """``value`` as a 0-dim fp32 tensor on ``like``'s device: dividing by it is a correctly rounded
-    fp32 division on every device (torch's CUDA kernel turns a division by a Python number into a
-    multiply by its fp32 reciprocal, which can differ in the last bit and move an e4m3 code)."""
-    return torch.full((), value, dtype=torch.float32, device=like.device)
 
 
 def _bf16(t):

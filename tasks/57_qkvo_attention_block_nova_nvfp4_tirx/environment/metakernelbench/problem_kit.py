@@ -98,3 +98,10 @@ def captured(problem_file: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(data["values"], dict) or not data["values"]:
         raise ValueError(f"{path}: 'values' must be a non-empty object of named values")
     return data["values"]
+
+
+def true_divisor(value: float, like: torch.Tensor) -> torch.Tensor:
+    """``value`` as a 0-dim fp32 tensor on ``like``'s device: dividing by it is a correctly rounded
+    fp32 division on every device. torch's CUDA kernel turns a division by a Python number into a
+    multiply by its fp32 reciprocal, which can differ in the last bit (and move a quantised code)."""
+    return torch.full((), value, dtype=torch.float32, device=like.device)
