@@ -493,7 +493,7 @@ def install_landlock(libc, writable: list[str], device_dirs: list[str], readable
         rules = [(p, handled, True) for p in writable] + \
                 [(p, FS_WRITE_FILE | (FS_TRUNCATE_BIT if abi >= 3 else 0), True) for p in device_dirs] + \
                 [(p, FS_READ, False) for p in readable or ()] + \
-                [(p, FS_EXECUTE | FS_READ_FILE, True) for p in read_files]
+                [(p, FS_EXECUTE | FS_READ_FILE, True) for p in (read_files if readable is not None else ())]
         for path, access, follow in rules:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))

@@ -392,3 +392,19 @@ def test_seccomp_filter_count_reads_this_process():
     assert sandbox.seccomp_filter_count(os.getpid()) >= 0
     with pytest.raises(sandbox.SandboxError):
         sandbox.seccomp_filter_count(2 ** 22 + 12345)
+
+
+def test_the_kernel_file_keeps_the_write_limits_when_reads_are_open(tmp_path):
+    """A read rule for the kernel file in a ruleset that does not handle reading is invalid, and
+    one invalid rule would cost every landlock limit: the kernel file is granted only with reads."""
+    if not sandbox.landlock_abi():
+        pytest.skip("this kernel has no landlock")
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text("x = 1\n")
+    probe = ("import sys; from metakernelbench.verifier import sandbox; "
+             "print(sandbox.enter(sys.argv[1], submission=sys.argv[2]).summary())")
+    (tmp_path / "scratch").mkdir()
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "scratch"), str(kernel)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "landlock=abi" in done.stdout and "refused" not in done.stdout, done.stdout
