@@ -125,12 +125,14 @@ def gqa_paged_prefill_kernel(q: cute.Tensor, k_cache: cute.Tensor, v_cache: cute
 
         smem = cutlass.memory.SmemAllocator()
         atom = cute.make_layout((8, 64), stride=(64, 1))
-        swizzle = cute.make_swizzle(3, 3, 3)
-        sQ = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (_BM, head_dim), (0, 1)), 128,
+        # the pointer swizzle acts on byte addresses: bits 7-9 (row % 8) are xor-ed into bits 4-6 (the 16-byte
+        # chunk of a 128-byte row), so cp.async vectors and ldmatrix rows stay whole (M = 3 would split them)
+        swizzle = cute.make_swizzle(3, 4, 3)
+        sQ = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (_BM, head_dim), (0, 1)), 1024,
                                   swizzle=swizzle)
-        sK = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (block_n, head_dim), (0, 1)), 128,
+        sK = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (block_n, head_dim), (0, 1)), 1024,
                                   swizzle=swizzle)
-        sV = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (block_n, head_dim), (0, 1)), 128,
+        sV = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (block_n, head_dim), (0, 1)), 1024,
                                   swizzle=swizzle)
         sVt = cute.composition(sV, cute.make_layout((head_dim, block_n), stride=(block_n, 1)))  # (d, key)
 

@@ -192,12 +192,14 @@ def ssd_output_kernel(x: cute.Tensor, a: cute.Tensor, bm: cute.Tensor, cm: cute.
 
     smem = cutlass.memory.SmemAllocator()
     atom = cute.make_layout((8, 64), stride=(64, 1))
-    swizzle = cute.make_swizzle(3, 3, 3)
-    sC = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (_BM, n_pad), (0, 1)), 128,
+    # the pointer swizzle acts on byte addresses: bits 7-9 (row % 8) are xor-ed into bits 4-6 (the 16-byte
+    # chunk of a 128-byte row), so cp.async vectors and ldmatrix rows stay whole (M = 3 would split them)
+    swizzle = cute.make_swizzle(3, 4, 3)
+    sC = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (_BM, n_pad), (0, 1)), 1024,
                               swizzle=swizzle)
-    sB = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (_BM, n_pad), (0, 1)), 128,
+    sB = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (_BM, n_pad), (0, 1)), 1024,
                               swizzle=swizzle)
-    sX = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (_BM, p_pad), (0, 1)), 128,
+    sX = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (_BM, p_pad), (0, 1)), 1024,
                               swizzle=swizzle)
     sXt = cute.composition(sX, cute.make_layout((p_pad, _BM), stride=(_BM, 1)))  # (p, key)
     sA = smem.allocate_tensor(cutlass.Float32, cute.make_layout((l_pad,)), 16)

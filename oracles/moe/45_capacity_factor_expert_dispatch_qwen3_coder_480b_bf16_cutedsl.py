@@ -235,15 +235,15 @@ def moe_tc_gemm_kernel(a: cute.Tensor, rowidx: cute.Tensor, b0: cute.Tensor, b1:
     if row_end > row_begin:
         smem = cutlass.memory.SmemAllocator()
         a_atom = cute.make_layout((8, TBK), stride=(TBK, 1))
-        sA = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(a_atom, (TBM, TBK, 2), (0, 1, 2)), 128,
-                                  swizzle=cute.make_swizzle(2, 3, 3))
+        sA = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(a_atom, (TBM, TBK, 2), (0, 1, 2)), 1024,
+                                  swizzle=cute.make_swizzle(2, 4, 3))
         b_atom = cute.make_layout((8, 64), stride=(64, 1))
-        sB0 = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(b_atom, (TBK, TBN, 2), (0, 1, 2)), 128,
-                                   swizzle=cute.make_swizzle(3, 3, 3))
+        sB0 = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(b_atom, (TBK, TBN, 2), (0, 1, 2)), 1024,
+                                   swizzle=cute.make_swizzle(3, 4, 3))
         sB1 = sB0
         if cutlass.const_expr(glu):
-            sB1 = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(b_atom, (TBK, TBN, 2), (0, 1, 2)), 128,
-                                       swizzle=cute.make_swizzle(3, 3, 3))
+            sB1 = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(b_atom, (TBK, TBN, 2), (0, 1, 2)), 1024,
+                                       swizzle=cute.make_swizzle(3, 4, 3))
         nk_view = cute.make_layout((TBN, TBK, 2), stride=(TBK, 1, TBN * TBK))  # (n, k, stage) -> (k, n, stage)
         sB0t = cute.composition(sB0, nk_view)
         sB1t = cute.composition(sB1, nk_view)

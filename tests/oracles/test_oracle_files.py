@@ -99,3 +99,30 @@ def test_the_export_check_can_fail():
     assert exports_its_keys('exe = tvm.compile(tvm.IRModule({"main": a()}))\n')
     fixed = 'tvm.IRModule({k: f.with_attr("global_symbol", k) for k, f in funcs.items()})'
     assert exports_its_keys(unexported.replace("tvm.IRModule(funcs)", fixed))
+
+
+def swizzles_split_vectors(source: str) -> list[str]:
+    """The ``make_swizzle(B, M, S)`` calls whose M is below 4. A CuTe DSL pointer swizzle (the one
+    ``SmemAllocator.allocate_tensor(..., swizzle=...)`` takes) acts on byte addresses, xor-ing bits
+    [M + S, M + S + B) into [M, M + B): with M = 3 it moves 8-byte halves of a 16-byte ``cp.async`` or
+    ``ldmatrix`` row, and the GPU stops on a misaligned address (CUTLASS's element-index <3, 3, 3> for
+    bf16 is <3, 4, 3> on bytes)."""
+    import ast
+
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "make_swizzle"
+                and len(node.args) == 3 and isinstance(node.args[1], ast.Constant) and node.args[1].value < 4):
+            bad.append(ast.unparse(node))
+    return bad
+
+
+@pytest.mark.parametrize("path", [p for p in oracle_files() if p.stem.endswith("_cutedsl")], ids=lambda p: p.stem)
+def test_cutedsl_swizzles_keep_16_byte_vectors_whole(path):
+    """benchmarks/h200_cute_swizzle.py shows the fault on the GPU (results/h200/cute-swizzle.json)."""
+    assert swizzles_split_vectors(path.read_text()) == []
+
+
+def test_the_swizzle_check_can_fail():
+    assert swizzles_split_vectors("s = cute.make_swizzle(3, 3, 3)\n") == ["cute.make_swizzle(3, 3, 3)"]
+    assert swizzles_split_vectors("s = cute.make_swizzle(3, 4, 3)\n") == []

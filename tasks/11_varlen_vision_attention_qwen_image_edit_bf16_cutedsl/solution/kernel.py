@@ -57,7 +57,7 @@ def _smem_rows(smem, rows):
     are xor-ed into bits 4-5 (the 16-byte chunk of the 64-byte row), so a cp.async vector stays whole
     and the 8 rows an ldmatrix reads land in different banks."""
     row_atom = cute.make_layout((8, _BK), stride=(_BK, 1))
-    return smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(row_atom, (rows, _BK, 2), (0, 1, 2)), 16,
+    return smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(row_atom, (rows, _BK, 2), (0, 1, 2)), 1024,
                                 swizzle=cute.make_swizzle(2, 4, 3))
 
 
@@ -256,12 +256,14 @@ def varlen_attention_kernel(packed: cute.Tensor, indptr: cute.Tensor, out: cute.
 
         smem = cutlass.memory.SmemAllocator()
         atom = cute.make_layout((8, 64), stride=(64, 1))
-        swizzle = cute.make_swizzle(3, 3, 3)
-        sQ = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (_AM, _DP), (0, 1)), 128,
+        # the pointer swizzle acts on byte addresses: bits 7-9 (row % 8) are xor-ed into bits 4-6 (the 16-byte
+        # chunk of a 128-byte row), so cp.async vectors and ldmatrix rows stay whole (M = 3 would split them)
+        swizzle = cute.make_swizzle(3, 4, 3)
+        sQ = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (_AM, _DP), (0, 1)), 1024,
                                   swizzle=swizzle)
-        sK = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (_AN, _DP), (0, 1)), 128,
+        sK = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (_AN, _DP), (0, 1)), 1024,
                                   swizzle=swizzle)
-        sV = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (_AN, _DP), (0, 1)), 128,
+        sV = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (_AN, _DP), (0, 1)), 1024,
                                   swizzle=swizzle)
         sVt = cute.composition(sV, cute.make_layout((_DP, _AN), stride=(_AN, 1)))  # (d, key)
 

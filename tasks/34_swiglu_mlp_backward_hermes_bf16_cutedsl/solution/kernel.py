@@ -59,17 +59,19 @@ def _g2s(rows, cols):
 
 
 def _smem_nmajor(smem, rows, cols):
-    """Two stages of a (rows, cols) bf16 tile, cols contiguous (64-wide swizzled atoms)."""
+    """Two stages of a (rows, cols) bf16 tile, cols contiguous (64-wide atoms; a byte-address swizzle
+    of whole 16-byte chunks, M = 4)."""
     atom = cute.make_layout((8, 64), stride=(64, 1))
-    return smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (rows, cols, 2), (0, 1, 2)), 128,
-                                swizzle=cute.make_swizzle(3, 3, 3))
+    return smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (rows, cols, 2), (0, 1, 2)), 1024,
+                                swizzle=cute.make_swizzle(3, 4, 3))
 
 
 def _smem_kmajor(smem, rows):
-    """Two stages of a (rows, TBK) bf16 tile, K contiguous (32-wide swizzled atoms)."""
+    """Two stages of a (rows, TBK) bf16 tile, K contiguous (32-wide atoms; a byte-address swizzle
+    of whole 16-byte chunks, M = 4)."""
     atom = cute.make_layout((8, TBK), stride=(TBK, 1))
-    return smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (rows, TBK, 2), (0, 1, 2)), 128,
-                                swizzle=cute.make_swizzle(2, 3, 3))
+    return smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (rows, TBK, 2), (0, 1, 2)), 1024,
+                                swizzle=cute.make_swizzle(2, 4, 3))
 
 
 @cute.jit

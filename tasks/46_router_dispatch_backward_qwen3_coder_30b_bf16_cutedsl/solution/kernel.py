@@ -236,10 +236,11 @@ def _g2s(rows, cols):
 
 
 def _smem_nmajor(smem, rows, cols):
-    """Two stages of a (rows, cols) bf16 tile, cols contiguous (64-wide swizzled atoms)."""
+    """Two stages of a (rows, cols) bf16 tile, cols contiguous (64-wide atoms; a byte-address swizzle
+    of whole 16-byte chunks, M = 4)."""
     atom = cute.make_layout((8, 64), stride=(64, 1))
-    return smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (rows, cols, 2), (0, 1, 2)), 128,
-                                swizzle=cute.make_swizzle(3, 3, 3))
+    return smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (rows, cols, 2), (0, 1, 2)), 1024,
+                                swizzle=cute.make_swizzle(3, 4, 3))
 
 
 @cute.kernel
@@ -250,8 +251,8 @@ def tc_hidden_kernel(a: cute.Tensor, b: cute.Tensor, out: cute.Tensor):
     k_tiles = cute.size(a, mode=[1]) // TBK
     smem = cutlass.memory.SmemAllocator()
     a_atom = cute.make_layout((8, TBK), stride=(TBK, 1))
-    sA = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(a_atom, (TBM, TBK, 2), (0, 1, 2)), 128,
-                              swizzle=cute.make_swizzle(2, 3, 3))
+    sA = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(a_atom, (TBM, TBK, 2), (0, 1, 2)), 1024,
+                              swizzle=cute.make_swizzle(2, 4, 3))
     sB = _smem_nmajor(smem, TBK, TBN)
     sBt = cute.composition(sB, cute.make_layout((TBN, TBK, 2), stride=(TBK, 1, TBN * TBK)))  # (n, k, stage)
     g2s_a = _g2s(TBM, TBK)

@@ -125,13 +125,15 @@ def fp8_block_gemm_kernel(mA: cute.Tensor, mB: cute.Tensor, mSA: cute.Tensor, mS
     gB = cute.local_tile(mB, (_BN, _BK), (bn, None))  # (BN, BK, k tiles)
     gC = cute.local_tile(mC, (_BM, _BN), (bm, bn))  # (BM, BN)
 
-    # two stages of K-contiguous rows of 32 bf16; the swizzle permutes 16-byte chunks within 8-row groups
-    swizzle = cute.make_swizzle(2, 3, 3)
+    # two stages of K-contiguous rows of 32 bf16 (64 bytes). The pointer swizzle acts on byte addresses:
+    # bits 7-8 (row / 2) are xor-ed into bits 4-5 (the 16-byte chunk of the row), so a cp.async vector
+    # stays whole (M = 3 would split it) and the 8 rows an ldmatrix reads land in different banks
+    swizzle = cute.make_swizzle(2, 4, 3)
     row_atom = cute.make_layout((8, _BK), stride=(_BK, 1))
     smem = cutlass.memory.SmemAllocator()
-    sA = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(row_atom, (_BM, _BK, 2), (0, 1, 2)), 16,
+    sA = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(row_atom, (_BM, _BK, 2), (0, 1, 2)), 1024,
                               swizzle=swizzle)
-    sB = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(row_atom, (_BN, _BK, 2), (0, 1, 2)), 16,
+    sB = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(row_atom, (_BN, _BK, 2), (0, 1, 2)), 1024,
                               swizzle=swizzle)
     sS = smem.allocate_tensor(cutlass.Float32, cute.make_layout((_BM, 2), stride=(1, _BM)), 16)
 

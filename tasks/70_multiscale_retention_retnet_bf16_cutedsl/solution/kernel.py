@@ -106,12 +106,14 @@ def retention_kernel(q: cute.Tensor, k: cute.Tensor, v: cute.Tensor, o: cute.Ten
 
     smem = cutlass.memory.SmemAllocator()
     atom = cute.make_layout((8, 64), stride=(64, 1))
-    swizzle = cute.make_swizzle(3, 3, 3)
-    sQ = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (_BM, k_pad), (0, 1)), 128,
+    # the pointer swizzle acts on byte addresses: bits 7-9 (row % 8) are xor-ed into bits 4-6 (the 16-byte
+    # chunk of a 128-byte row), so cp.async vectors and ldmatrix rows stay whole (M = 3 would split them)
+    swizzle = cute.make_swizzle(3, 4, 3)
+    sQ = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (_BM, k_pad), (0, 1)), 1024,
                               swizzle=swizzle)
-    sK = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (_BM, k_pad), (0, 1)), 128,
+    sK = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (_BM, k_pad), (0, 1)), 1024,
                               swizzle=swizzle)
-    sV = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (_BM, p_pad), (0, 1)), 128,
+    sV = smem.allocate_tensor(cutlass.BFloat16, cute.tile_to_shape(atom, (_BM, p_pad), (0, 1)), 1024,
                               swizzle=swizzle)
     sVt = cute.composition(sV, cute.make_layout((p_pad, _BM), stride=(_BM, 1)))  # (value column, key)
 
