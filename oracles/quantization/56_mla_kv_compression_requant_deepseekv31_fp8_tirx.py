@@ -24,14 +24,18 @@ projection).
    reach the kernel as 32-bit words of bf16 pairs. Every product of two e4m3 values is exact in
    fp32, so the raw sums of one 128-wide K block are accumulated in separate fp32 registers, then
    multiplied by the row's activation scale times the tile's weight scale and added to the fp32
-   accumulator: the reference's dequantised fp32 GEMM up to summation order. The sums are rounded to
-   bf16 once.
-4. ``mkb_rms_requant``: one CTA per token row of the first GEMM's output, a thread per 4 of the
+   accumulator: the reference's dequantised fp32 GEMM up to summation order. kv_b's sums are rounded
+   to bf16 once (the output); kv_a's stay fp32 for the RMSNorm.
+4. ``mkb_rms_requant``: one CTA per token row of the first GEMM's fp32 output, a thread per 4 of the
    kv_lora values (so a warp per 128-wide quantisation block). The fp32 sum of squares is reduced
    by shuffles and across warps in shared memory; r = 1 / sqrt(mean + eps) with ``div.rn.f32``
-   and ``sqrt.rn.f32``; normed = bf16(x * r), then bf16(normed * weight), the reference's two
-   roundings; re-quantised per block as in kernel 1. The same kernel copies k_pe (columns
-   kv_lora .. kv_lora + 63) to its output.
+   and ``sqrt.rn.f32``; (x * r) * weight in fp32, re-quantised per block as in kernel 1. The
+   reference rounds x, x * r and the product to bf16 before its quantiser; the float64 anchor does
+   not (the problem's grading note), and those roundings move e4m3 codes and block scales away from
+   the anchor's: with them the kernel's kv_expanded rows missed the 3x allowance by up to 1.03x on
+   the H200, while an emulation of the fp32 path on 4096 tokens stayed at 0.25x of the allowance
+   (0.39x with the roundings). The same kernel writes k_pe (columns kv_lora .. kv_lora + 63)
+   rounded to bf16.
 The first GEMM runs over kv_a's 640 rows (576 live plus 64 padding rows, which only affect k_pe's
 block scale, as in the reference); the second writes kv_expanded directly.
 """
@@ -181,9 +185,10 @@ def _weight_quant_kernel(n, k, name):
     return _named(mkb_fp8_weight_quant, name)
 
 
-def _gemm_kernel(m, n, k, name):
-    """C[m, n] = bf16(sum_kb (sum_{k in kb} A[m, k] B[n, k]) * SA[m, kb] * SB[n // 128, kb]) on the tensor
-    cores; A and B arrive as 32-bit words of bf16 pairs (k even, k + 1); m and n are multiples of 128."""
+def _gemm_kernel(m, n, k, name, out_dtype):
+    """C[m, n] = sum_kb (sum_{k in kb} A[m, k] B[n, k]) * SA[m, kb] * SB[n // 128, kb] on the tensor cores,
+    rounded once to ``out_dtype`` (bfloat16, or float32: unrounded); A and B arrive as 32-bit words of
+    bf16 pairs (k even, k + 1); m and n are multiples of 128."""
     kw = k // 2
     k_tiles = kw // BKW
     tiles_n = n // BN
@@ -196,7 +201,7 @@ def _gemm_kernel(m, n, k, name):
         B = T.match_buffer(b_h, (n, kw), "int32")
         SA = T.match_buffer(sa_h, (m, nkb), "float32")
         SB = T.match_buffer(sb_h, (n // QBLOCK, nkb), "float32")
-        C = T.match_buffer(c_h, (m, n), "bfloat16")
+        C = T.match_buffer(c_h, (m, n), out_dtype)
         T.device_entry()
         cta = T.cta_id([(m // BM) * tiles_n])
         tx = T.thread_id([THREADS])
@@ -291,14 +296,15 @@ def _gemm_kernel(m, n, k, name):
             for ni in T.unroll(8):
                 for r in T.unroll(4):  # accumulator r: row g + 8 (r // 2), column 2t + r % 2
                     col: T.let = col0 + wn + ni * 8 + t * 2 + r % 2
-                    C[row0 + wm + mi * 16 + (r // 2) * 8 + g, col] = T.bfloat16(acc[mi * 32 + ni * 4 + r])
+                    C[row0 + wm + mi * 16 + (r // 2) * 8 + g, col] = T.Cast(out_dtype, acc[mi * 32 + ni * 4 + r])
 
     return _named(mkb_fp8_block_gemm, name)
 
 
 def _rms_requant_kernel(rows, padded, width, kv_lora):
-    """RMSNorm of COMP[r, :kv_lora] with the reference's bf16 roundings, re-quantised per 1 x 128 block
-    into Q / S; KPE[r] = COMP[r, kv_lora : kv_lora + 64]. Padding rows quantise to zeros."""
+    """RMSNorm of the fp32 COMP[r, :kv_lora] in fp32 (no bf16 rounding before the quantiser, as the
+    float64 anchor), re-quantised per 1 x 128 block into Q / S; KPE[r] = bf16(COMP[r, kv_lora : kv_lora
+    + 64]). Padding rows quantise to zeros."""
     threads = kv_lora // 4
     nwarps = kv_lora // QBLOCK
     nkb = kv_lora // QBLOCK
@@ -307,7 +313,7 @@ def _rms_requant_kernel(rows, padded, width, kv_lora):
     @T.prim_func
     def mkb_rms_requant(comp_h: T.handle, w_h: T.handle, eps: T.float32, q_h: T.handle, s_h: T.handle,
                         kpe_h: T.handle):
-        COMP = T.match_buffer(comp_h, (padded, width), "bfloat16")
+        COMP = T.match_buffer(comp_h, (padded, width), "float32")
         WN = T.match_buffer(w_h, (kv_lora,), "bfloat16")
         Q = T.match_buffer(q_h, (padded, kv_lora), "bfloat16")
         S = T.match_buffer(s_h, (padded, nkb), "float32")
@@ -316,20 +322,18 @@ def _rms_requant_kernel(rows, padded, width, kv_lora):
         row = T.cta_id([padded])
         tx = T.thread_id([threads])
         red = T.alloc_buffer((4,), "float32", scope="shared")
-        raw = T.alloc_buffer((4,), "bfloat16", scope="local")
-        wr = T.alloc_buffer((4,), "bfloat16", scope="local")
         vals = T.alloc_buffer((4,), "float32", scope="local")
+        wr = T.alloc_buffer((4,), "bfloat16", scope="local")
         normed = T.alloc_buffer((4,), "bfloat16", scope="local")
         pair = T.alloc_buffer((1,), "uint16", scope="local")
         tmp = T.alloc_buffer((4,), "float32", scope="local")
         lane: T.let = tx % 32
         for j in T.vectorized(4):
-            raw[j] = COMP[row, tx * 4 + j]
+            vals[j] = COMP[row, tx * 4 + j]
         for j in T.vectorized(4):
             wr[j] = WN[tx * 4 + j]
         sq: T.f32 = T.float32(0.0)
         for j in T.unroll(4):
-            vals[j] = T.float32(raw[j])
             sq = sq + vals[j] * vals[j]
         for i in T.unroll(5):
             sq = sq + _shfl_xor(sq, T.shift_right(16, i))
@@ -343,12 +347,9 @@ def _rms_requant_kernel(rows, padded, width, kv_lora):
         tmp[0] = tmp[0] + eps
         T.ptx["sqrt.rn.f32"](tmp[1], tmp[0])
         T.ptx["div.rn.f32"](tmp[2], T.float32(1.0), tmp[1])
-        for j in T.unroll(4):
-            normed[j] = T.bfloat16(vals[j] * tmp[2])
-            normed[j] = T.bfloat16(T.float32(normed[j]) * T.float32(wr[j]))
         amax: T.f32 = T.float32(0.0)
         for j in T.unroll(4):
-            vals[j] = T.float32(normed[j])
+            vals[j] = vals[j] * tmp[2] * T.float32(wr[j])  # (x * r) * w in fp32
             amax = T.max(amax, T.abs(vals[j]))
         for i in T.unroll(5):
             amax = T.max(amax, _shfl_xor(amax, T.shift_right(16, i)))
@@ -369,7 +370,7 @@ def _rms_requant_kernel(rows, padded, width, kv_lora):
             for it in T.serial(copy_steps):
                 c: T.let = it * threads + tx
                 if c < ROPE_DIM:
-                    KPE[row, c] = COMP[row, kv_lora + c]
+                    KPE[row, c] = T.bfloat16(COMP[row, kv_lora + c])
 
     return mkb_rms_requant
 
@@ -380,7 +381,8 @@ def _make(kind, shape):
     if kind in ("wa", "wb"):
         return _weight_quant_kernel(*shape, "mkb_kv_a_weight_quant" if kind == "wa" else "mkb_kv_b_weight_quant")
     if kind in ("ga", "gb"):
-        return _gemm_kernel(*shape, "mkb_kv_a_gemm" if kind == "ga" else "mkb_kv_b_gemm")
+        # kv_a's sums stay fp32 for the RMSNorm (k_pe is rounded there); kv_b's are the bf16 output
+        return _gemm_kernel(*shape, *(("mkb_kv_a_gemm", "float32") if kind == "ga" else ("mkb_kv_b_gemm", "bfloat16")))
     return _rms_requant_kernel(*shape)
 
 
@@ -422,7 +424,7 @@ def _quant_weight(kind, w):
 def _gemm(kind, qa, sa, qw, sw):
     m, k = qa.shape
     n = qw.shape[0]
-    c = torch.empty(m, n, dtype=torch.bfloat16, device=qa.device)
+    c = torch.empty(m, n, dtype=torch.float32 if kind == "ga" else torch.bfloat16, device=qa.device)
     _kernel_fn(kind, (m, n, k))(qa.view(torch.int32), qw.view(torch.int32), sa, sw, c)
     return c
 

@@ -19,13 +19,16 @@ Five DSL kernel launches (four kernels).
    128-wide K block are accumulated in a separate fp32 fragment, which is then multiplied by the
    row's activation scale times the tile's weight scale (staged per K block in shared memory) and
    added to the fp32 accumulator: the reference's dequantised fp32 GEMM up to summation order.
-   The sum is rounded to bf16 once.
-4. ``rms_requant_kernel``: one CTA per token row of the first GEMM's output (a thread per 4 of the
-   kv_lora values, so a warp per 128-wide quantisation block). The fp32 sum of squares is reduced
-   over the CTA; r = 1 / sqrt(mean + eps) with IEEE operations; normed = bf16(x * r) and then
-   bf16(normed * weight), the reference's two roundings; the result is re-quantised per 1 x 128
-   block exactly as in kernel 1 (each warp owns one block). The same kernel copies k_pe
-   (columns kv_lora .. kv_lora + 63) to its output.
+   kv_b's sum is rounded to bf16 once (the output); kv_a's stays fp32 for the RMSNorm.
+4. ``rms_requant_kernel``: one CTA per token row of the first GEMM's fp32 output (a thread per 4 of
+   the kv_lora values, so a warp per 128-wide quantisation block). The fp32 sum of squares is
+   reduced over the CTA; r = 1 / sqrt(mean + eps) with IEEE operations; (x * r) * weight in fp32,
+   re-quantised per 1 x 128 block exactly as in kernel 1 (each warp owns one block). The reference
+   rounds x, x * r and the product to bf16 before its quantiser; the float64 anchor does not (the
+   problem's grading note), and those roundings move e4m3 codes and block scales away from the
+   anchor's: the TIRx oracle with them missed the 3x allowance by up to 1.03x on the H200, while an
+   emulation of the fp32 path on 4096 tokens stayed at 0.25x of the allowance (0.39x with the
+   roundings). The same kernel writes k_pe (columns kv_lora .. kv_lora + 63) rounded to bf16.
 The first GEMM (kv_a) runs over the weight's 640 rows (576 live plus 64 padding rows, which only
 affect k_pe's block scale, as in the reference); the second (kv_b) writes kv_expanded directly.
 """
@@ -130,7 +133,8 @@ def fp8_weight_quant_kernel(w: cute.Tensor, q: cute.Tensor, s: cute.Tensor):
 @cute.kernel
 def fp8_block_gemm_kernel(mA: cute.Tensor, mB: cute.Tensor, mSA: cute.Tensor, mSB: cute.Tensor, mC: cute.Tensor,
                           k_blocks: cutlass.Constexpr):
-    """mC[m, n] = bf16(sum_kb (sum_{k in kb} mA[m, k] mB[n, k]) * mSA[m, kb] * mSB[n // 128, kb])."""
+    """mC[m, n] = sum_kb (sum_{k in kb} mA[m, k] mB[n, k]) * mSA[m, kb] * mSB[n // 128, kb], rounded once to
+    mC's type (bf16, or fp32: unrounded)."""
     tidx, _, _ = cute.arch.thread_idx()
     bm, bn, _ = cute.arch.block_idx()
     slices = QBLOCK // _BK  # K slices per quantisation block
@@ -216,16 +220,17 @@ def fp8_block_gemm_kernel(mA: cute.Tensor, mB: cute.Tensor, mSA: cute.Tensor, mS
             acc[i] = acc[i] + part[i] * sS[tCcC[i][0], parity]
             part[i] = cutlass.Float32(0.0)
 
-    out = cute.make_fragment_like(acc, cutlass.BFloat16)
-    out.store(acc.load().to(cutlass.BFloat16))
+    out = cute.make_fragment_like(acc, mC.element_type)
+    out.store(acc.load().to(mC.element_type))
     cute.autovec_copy(out, tCgC)
 
 
 @cute.kernel
 def rms_requant_kernel(comp: cute.Tensor, w: cute.Tensor, eps: cutlass.Float32, q: cute.Tensor, s: cute.Tensor,
                        kpe: cute.Tensor, rows: cutlass.Int32, kv_lora: cutlass.Constexpr):
-    """RMSNorm of comp[r, :kv_lora] with the reference's bf16 roundings, re-quantised per 1 x 128 block;
-    k_pe = comp[r, kv_lora : kv_lora + 64]. Rows r >= rows are zero padding (quantised to zeros)."""
+    """RMSNorm of the fp32 comp[r, :kv_lora] in fp32 (no bf16 rounding before the quantiser, as the float64
+    anchor), re-quantised per 1 x 128 block; k_pe = bf16(comp[r, kv_lora : kv_lora + 64]). Rows r >= rows
+    are zero padding (quantised to zeros)."""
     tidx, _, _ = cute.arch.thread_idx()
     row, _, _ = cute.arch.block_idx()
     warp = tidx // 32
@@ -234,7 +239,7 @@ def rms_requant_kernel(comp: cute.Tensor, w: cute.Tensor, eps: cutlass.Float32, 
     smem = cutlass.memory.SmemAllocator()
     red = smem.allocate_tensor(cutlass.Float32, cute.make_layout((4,)), 16)
     vals = cute.make_rmem_tensor((4,), cutlass.Float32)
-    vals.store(cute.zipped_divide(comp[row, None], (4,))[None, tidx].load().to(cutlass.Float32))
+    vals.store(cute.zipped_divide(comp[row, None], (4,))[None, tidx].load())
     sq = cutlass.Float32(0.0)
     for j in cutlass.range_constexpr(4):
         sq = sq + vals[j] * vals[j]
@@ -249,8 +254,7 @@ def rms_requant_kernel(comp: cute.Tensor, w: cute.Tensor, eps: cutlass.Float32, 
     wv = cute.make_rmem_tensor((4,), cutlass.Float32)
     wv.store(cute.zipped_divide(w, (4,))[None, tidx].load().to(cutlass.Float32))
     for j in cutlass.range_constexpr(4):
-        vals[j] = cutlass.Float32(cutlass.BFloat16(vals[j] * r))
-        vals[j] = cutlass.Float32(cutlass.BFloat16(vals[j] * wv[j]))
+        vals[j] = vals[j] * r * wv[j]  # (x * r) * w in fp32
     amax = cutlass.Float32(0.0)
     for j in cutlass.range_constexpr(4):
         amax = _max(amax, _max(vals[j], -vals[j]))
@@ -261,7 +265,7 @@ def rms_requant_kernel(comp: cute.Tensor, w: cute.Tensor, eps: cutlass.Float32, 
         s[row, warp] = scale
     if row < rows:
         for j in range(tidx, ROPE_DIM, kv_lora // 4):
-            kpe[row, j] = comp[row, kv_lora + j]
+            kpe[row, j] = cutlass.BFloat16(comp[row, kv_lora + j])
 
 
 @cute.jit
@@ -323,12 +327,12 @@ def _compile(kind, shape, arch=None, ptx_dir=None):
         return cute.compile(weight_quant, _row_major(bf16, (n, k)), _row_major(bf16, (n, k)),
                             _row_major(f32, (n // QBLOCK, k // QBLOCK), 4), make_fake_stream(), options=opts)
     if kind == "gemm":
-        m, n, k = shape
+        m, n, k, out_fp32 = shape
         return cute.compile(block_gemm, _row_major(bf16, (m, k)), _row_major(bf16, (n, k)),
                             _row_major(f32, (m, k // QBLOCK), 4), _row_major(f32, (n // QBLOCK, k // QBLOCK), 4),
-                            _row_major(bf16, (m, n)), k, make_fake_stream(), options=opts)
+                            _row_major(f32 if out_fp32 else bf16, (m, n)), k, make_fake_stream(), options=opts)
     rows, padded, width, kv_lora = shape
-    return cute.compile(rms_requant, _row_major(bf16, (padded, width)), _row_major(bf16, (kv_lora,)),
+    return cute.compile(rms_requant, _row_major(f32, (padded, width)), _row_major(bf16, (kv_lora,)),
                         1e-6, _row_major(bf16, (padded, kv_lora)),
                         _row_major(f32, (padded, kv_lora // QBLOCK), 4), _row_major(bf16, (rows, ROPE_DIM)),
                         rows, kv_lora, make_fake_stream(), options=opts)
@@ -349,11 +353,11 @@ def _quant_weight(w, stream):
     return q, s
 
 
-def _gemm(qa, sa, qw, sw, stream):
+def _gemm(qa, sa, qw, sw, stream, out_fp32=False):
     m, k = qa.shape
     n = qw.shape[0]
-    c = torch.empty(m, n, dtype=torch.bfloat16, device=qa.device)
-    _fn("gemm", (m, n, k))(qa, qw, sa, sw, c, stream)
+    c = torch.empty(m, n, dtype=torch.float32 if out_fp32 else torch.bfloat16, device=qa.device)
+    _fn("gemm", (m, n, k, out_fp32))(qa, qw, sa, sw, c, stream)
     return c
 
 
@@ -374,7 +378,7 @@ def solve(hidden_states, kv_a_proj_weight, kv_a_layernorm_weight, kv_b_proj_weig
     sa = torch.empty(padded, hidden // QBLOCK, dtype=torch.float32, device=dev)
     _fn("act", (rows, padded, hidden))(hidden_states.reshape(rows, hidden).contiguous(), qa, sa, rows, stream)
     qwa, swa = _quant_weight(kv_a_proj_weight, stream)
-    comp = _gemm(qa, sa, qwa, swa, stream)
+    comp = _gemm(qa, sa, qwa, swa, stream, out_fp32=True)  # fp32 for the RMSNorm; k_pe is rounded there
 
     qn = torch.empty(padded, kv_lora, dtype=torch.bfloat16, device=dev)
     sn = torch.empty(padded, kv_lora // QBLOCK, dtype=torch.float32, device=dev)
@@ -397,7 +401,7 @@ def precompile(arch="sm_90a", ptx_dir=None):
     b_rows = w["heads"] * HEAD_PAIR
     names = []
     for kind, shape in (("act", (rows, padded, w["hidden"])), ("weight", (a_rows, w["hidden"])),
-                        ("gemm", (padded, a_rows, w["hidden"])), ("rms", (rows, padded, a_rows, w["kv_lora"])),
-                        ("weight", (b_rows, w["kv_lora"])), ("gemm", (padded, b_rows, w["kv_lora"]))):
+                        ("gemm", (padded, a_rows, w["hidden"], True)), ("rms", (rows, padded, a_rows, w["kv_lora"])),
+                        ("weight", (b_rows, w["kv_lora"])), ("gemm", (padded, b_rows, w["kv_lora"], False))):
         names += list(_compile(kind, shape, arch, ptx_dir).kernel_info)
     return names
