@@ -2,15 +2,19 @@
 
     python3 benchmarks/h200_oracle_check.py --out results/h200/oracle-check.json [--parallel 8]
                                             [--only 01,28_tirx,moe] [--small-only] [--device cuda]
-                                            [--kernel TASK=FILE] [--alone 33,34]
+                                            [--kernel TASK=FILE] [--alone 33,34] [--stats 12,47_cutedsl]
+    python3 benchmarks/h200_oracle_check.py --merge RUN.json results/h200/oracle-check.json
 
 Each oracle runs in its own process (``--one``), ``--parallel`` at a time (the DSLs' first-call
 compiles are CPU work, so a 16-core host checks several at once): the small workload once and the
 graded workload twice, each draw judged by the grader's own comparison against the reference and
-the float64 anchor (``verifier.selfcheck``). No timing and no sandbox: this says which oracles are
+the float64 anchor (``verifier.correctness.check_draw``). A draw runs in stages (reference, anchor,
+kernel), each stage's inputs freed before the next is drawn, so a check needs no more GPU memory
+than a final grade's trusted process. No timing and no sandbox: this says which oracles are
 correct, quickly, so that ``h200_oracles.py`` then grades and times only those. The record lists,
-per oracle, ok, the first mismatch or error, and the seconds of its first call and of the whole
-check, with the command, commit, device and date.
+per oracle, ok, the first mismatch or error, the seconds of its first call and of the whole check
+and the process's GPU memory peak, with the command, commit, device and date; ``--stats`` adds, for
+the named oracles' draws, the kernel's and the reference's errors against the anchor.
 """
 
 from __future__ import annotations
@@ -31,13 +35,103 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 
-def one(task: str, kernel: Path, device: str, small_only: bool) -> dict:
+def draw_mismatch_in_stages(problem, solve, workload: dict, seed: int, device, stats: bool = False):
+    """The grader's comparison of one draw (as ``verifier.selfcheck.draw_mismatch``), in stages that
+    free what the next stage does not need: the reference's inputs before the float64 anchor's are
+    drawn, those before the kernel's are, so the process holds at most one draw's inputs, the
+    reference's, the anchor's and the kernel's graded outputs (a final grade's trusted process holds
+    the reference's and the anchor's draws together). Returns (mismatch or None, error statistics
+    per floating output when ``stats``)."""
+    import torch
+
+    from metakernelbench.problem_kit import anchor_mode
+    from metakernelbench.verifier.correctness import check_draw
+    from metakernelbench.verifier.tensors import promote_floats, snapshot_graded
+
+    def draw():
+        gen = torch.Generator(device=device).manual_seed(seed)
+        return problem.make_inputs(device, gen, **workload)
+
+    def release():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            torch.cuda.empty_cache()
+
+    spec = problem.spec
+    with torch.no_grad():
+        inputs = draw()
+        ref = snapshot_graded(spec, inputs, problem.reference(*inputs))
+        del inputs  # graded in-place inputs stay alive through ``ref``
+        release()
+        promoted = promote_floats(draw())
+        with anchor_mode():
+            anchor = snapshot_graded(spec, promoted, problem.reference(*promoted))
+        del promoted
+        release()
+        mine = draw()
+        got = snapshot_graded(spec, mine, solve(*mine))
+        del mine
+        release()
+        mismatch = check_draw(spec, 0, got, ref, anchor)
+        return mismatch, (error_stats(spec, got, ref, anchor) if stats else None)
+
+
+def error_stats(spec, got: dict, ref: dict, anchor: dict) -> dict:
+    """Per floating output, the kernel's and the reference's distance from the float64 anchor, as the
+    grader measures it (element-wise maximum, whole 2-norm, 2-norm of each last-dim row), with the
+    kernel's error over its allowance at factor F: the numbers a tolerance decision rests on."""
+    import torch
+
+    from metakernelbench.verifier.correctness import ROW_FLOOR_FRACTION
+
+    out = {}
+    factor = spec.tolerance_factor
+    for name in spec.graded_names:
+        r = ref[name]
+        if not r.dtype.is_floating_point or name in spec.exact or name in spec.sets:
+            continue
+        keep = torch.isfinite(r)
+        g64, r64, a64 = (torch.where(keep, v.to(torch.float64), 0.0) for v in (got[name], r, anchor[name]))
+        eps, peak = torch.finfo(r.dtype).eps, float(a64.abs().max())
+        err, ref_err = (g64 - a64).abs(), (r64 - a64).abs()
+        rows = lambda v: v.reshape(-1, v.shape[-1]) if v.dim() >= 2 else v.reshape(1, -1)  # noqa: E731
+        row_err = torch.linalg.vector_norm(rows(g64 - a64), dim=-1)
+        row_ref = torch.linalg.vector_norm(rows(r64 - a64), dim=-1)
+        row_mag = torch.linalg.vector_norm(rows(a64), dim=-1)
+        floor = eps * peak * ROW_FLOOR_FRACTION * rows(a64).shape[-1] ** 0.5
+        row_allow = factor * torch.maximum(row_ref, eps * row_mag) + floor
+        row_ratio = (row_err / row_allow).float()
+        qs = torch.quantile(row_ratio[torch.randperm(row_ratio.numel(), device=row_ratio.device)[:1 << 24]],
+                            torch.tensor([0.5, 0.99, 0.9999], device=row_ratio.device)).tolist()
+        # the kernel's row error over the reference's, where the reference's is above eps * magnitude
+        rel = (row_err / torch.maximum(row_ref, eps * row_mag + floor / factor)).float()
+        out[name] = {
+            "factor": factor, "peak": peak,
+            "max_abs": {"kernel": float(err.max()), "reference": float(ref_err.max()),
+                        "over_allowance": float(err.max()) / (factor * max(float(ref_err.max()), eps * peak))},
+            "norm": {"kernel": float(torch.linalg.vector_norm(g64 - a64)),
+                     "reference": float(torch.linalg.vector_norm(r64 - a64)),
+                     "over_allowance": float(torch.linalg.vector_norm(g64 - a64))
+                     / (factor * max(float(torch.linalg.vector_norm(r64 - a64)),
+                                     eps * float(torch.linalg.vector_norm(a64))))},
+            "rows": {"count": row_ratio.numel(), "over_allowance_max": float(row_ratio.max()),
+                     "over_allowance_q50_q99_q9999": [round(q, 4) for q in qs],
+                     "rows_over": int((row_ratio > 1).sum()),
+                     "kernel_over_reference_max": float(rel.max()),
+                     "kernel_over_reference_median": float(rel.median()),
+                     "rows_kernel_over_reference_gt_2": int((rel > 2).sum())},
+        }
+        del g64, r64, a64, err, ref_err, row_err, row_ref, row_mag, row_allow, row_ratio, rel
+    return out
+
+
+def one(task: str, kernel: Path, device: str, small_only: bool, stats: bool = False) -> dict:
     """Check one oracle in this process; the result as a dict (printed as JSON by ``--one``)."""
     import torch
     from independent_loop import load
 
     from metakernelbench.problems import find_problem
-    from metakernelbench.verifier.selfcheck import draw_mismatch, standard_draws
+    from metakernelbench.verifier.selfcheck import standard_draws
 
     started = time.time()
     out: dict = {"task": task, "kernel": str(kernel), "ok": False, "draws": []}
@@ -47,13 +141,19 @@ def one(task: str, kernel: Path, device: str, small_only: bool) -> dict:
         draws = standard_draws(problem)[:1] if small_only else standard_draws(problem)
         for i, (workload, seed) in enumerate(draws):
             t = time.time()
-            mismatch = draw_mismatch(problem, module.solve, workload, seed, torch.device(device))
-            out["draws"].append({"workload": "small" if workload == problem.spec.small_workload else "graded",
-                                 "seed": seed, "ok": mismatch is None, "seconds": round(time.time() - t, 2),
-                                 "mismatch": None if mismatch is None else str(mismatch)})
+            graded = workload != problem.spec.small_workload
+            mismatch, errors = draw_mismatch_in_stages(problem, module.solve, workload, seed, torch.device(device),
+                                                       stats)
+            entry = {"workload": "graded" if graded else "small", "seed": seed, "ok": mismatch is None,
+                     "seconds": round(time.time() - t, 2), "mismatch": None if mismatch is None else str(mismatch)}
+            if errors:
+                entry["errors"] = errors
+            out["draws"].append(entry)
             if i == 0:
                 out["first_call_s"] = round(time.time() - t, 2)
         out["ok"] = all(d["ok"] for d in out["draws"])
+        if torch.cuda.is_available() and device.startswith("cuda"):
+            out["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated(torch.device(device)) / 2**30, 2)
     except Exception as exc:  # noqa: BLE001 - the record says what broke, the sweep goes on
         out["error"] = f"{type(exc).__name__}: {exc}"
         out["traceback"] = traceback.format_exc()[-3000:]
@@ -61,10 +161,12 @@ def one(task: str, kernel: Path, device: str, small_only: bool) -> dict:
     return out
 
 
-def _subprocess(task: str, kernel: Path, device: str, small_only: bool, timeout_s: float) -> dict:
+def _subprocess(task: str, kernel: Path, device: str, small_only: bool, timeout_s: float, stats: bool) -> dict:
     cmd = [sys.executable, __file__, "--one", task, str(kernel), "--device", device]
     if small_only:
         cmd.append("--small-only")
+    if stats:
+        cmd += ["--stats", "all"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -89,9 +191,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--alone", default="",
                    help="NN, NN_dsl or task names checked one at a time after the rest (workloads that need "
                         "much of the GPU's memory)")
+    p.add_argument("--stats", default="",
+                   help="NN, NN_dsl or task names whose draws also record their error statistics "
+                        "against the float64 anchor (the kernel's and the reference's)")
+    p.add_argument("--merge", nargs=2, metavar=("RUN", "RECORD"), type=Path,
+                   help="add the run file RUN to the union record RECORD (its entries replace earlier ones "
+                        "of the same task, which move to superseded_entries) and exit; no GPU needed")
     args = p.parse_args(argv)
+    if args.merge:
+        merge(*args.merge)
+        return 0
     if args.one:
-        print(json.dumps(one(args.one[0], Path(args.one[1]), args.device, args.small_only)))
+        args.stats = bool(args.stats)
+        print(json.dumps(one(args.one[0], Path(args.one[1]), args.device, args.small_only, args.stats)))
         return 0
     if args.out is None:
         p.error("--out is required")
@@ -110,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
               if args.device.startswith("cuda") else args.device,
               "oracle_files": len(oracle_files()), "entries": []}
     alone_keys = {k.strip() for k in args.alone.split(",") if k.strip()}
+    stats_keys = {k.strip() for k in args.stats.split(",") if k.strip()}
     alone = [job for job in jobs if _matches(job[0], alone_keys)]
     shared = [job for job in jobs if job not in alone]
     started = time.time()
@@ -128,13 +241,36 @@ def main(argv: list[str] | None = None) -> int:
 
     for batch, workers in ((shared, args.parallel), (alone, 1)):
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            futures = [pool.submit(_subprocess, task, path, args.device, args.small_only, args.timeout)
+            futures = [pool.submit(_subprocess, task, path, args.device, args.small_only, args.timeout,
+                                   _matches(task, stats_keys))
                        for task, _, _, path in batch]
             for future in as_completed(futures):
                 record_entry(future.result())
     record["entries"].sort(key=lambda e: e["task"])  # completion order above; task order in the file
     args.out.write_text(json.dumps(record, indent=2) + "\n")
     return 0
+
+
+def merge(run_path: Path, record_path: Path) -> None:
+    """Fold one run's record into the union record (``results/h200/oracle-check.json``): the run's
+    command, commit, device and counts join ``runs``; its entries (tagged with the run's number)
+    replace the union's entries of the same tasks, which are kept under ``superseded_entries``."""
+    run = json.loads(run_path.read_text())
+    record = json.loads(record_path.read_text())
+    number = max((r["run"] for r in record["runs"]), default=0) + 1
+    record["runs"].append({"run": number, **{k: run[k] for k in ("command", "commit", "date", "device", "wall_s")},
+                           "oracles": len(run["entries"]), "ok": run["ok"], "complete": run["complete"]})
+    by_task = {e["task"]: e for e in record["entries"]}
+    for entry in run["entries"]:
+        old = by_task.get(entry["task"])
+        if old is not None:
+            record["superseded_entries"].append(old)
+        by_task[entry["task"]] = {**entry, "run": number}
+    record["entries"] = sorted(by_task.values(), key=lambda e: e["task"])
+    record["oracle_files"] = run["oracle_files"]
+    record["checked"] = len(record["entries"])
+    record["ok"] = sum(e["ok"] for e in record["entries"])
+    record_path.write_text(json.dumps(record, indent=2) + "\n")
 
 
 def _matches(task: str, keys: set[str]) -> bool:
