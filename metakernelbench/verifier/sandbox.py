@@ -24,7 +24,8 @@ submission and every library it calls alike, native code included.
   file mapped read-only, which shows up by name in ``/proc/<pid>/maps``. The grader sees the seal
   from outside (``seccomp_filter_count``), and since the first filter admits no other filter than
   the seal's own, immutable program, a higher count can only mean the seal.
-- ``PR_SET_PDEATHSIG``: the worker dies with the grader.
+- ``PR_SET_PDEATHSIG``: the worker dies with the grader; no capabilities (a worker started as root
+  could otherwise load a kernel module or read a raw disk, around every limit above).
 
 Native libraries are checked after every call (``new_native_mappings``): an executable file mapping
 that was not there before the submission was imported and does not lie inside an installed library
@@ -471,12 +472,29 @@ def read_cover(unreadable: Iterable[str]) -> tuple[list[str], list[str]]:
     return sorted(granted), sorted(protected)
 
 
-def install_landlock(libc, writable: list[str], device_dirs: list[str], readable: list[str] | None = None,
-                     read_files: Sequence[str] = ()) -> int:
+def landlock_read_rules(unreadable: Iterable[str]) -> tuple[list[tuple[str, int]], list[str]]:
+    """``read_cover`` as (path, rights) landlock rules, with ``/dev`` narrowed to ``device_nodes``.
+
+    ``/dev`` holds the raw disks: a worker running as root (a CI container, a GPU host) could read
+    the problem file's blocks straight off the file system's device, past every path rule. So
+    ``/dev`` itself may only be listed, and reading is granted to the device nodes a worker uses.
+    Returns (rules, protected).
+    """
+    granted, protected = read_cover(unreadable)
+    rules = [(path, FS_READ) for path in granted if path != "/dev"]
+    if "/dev" in granted:
+        rules.append(("/dev", FS_READ_DIR))
+        rules += [(path, FS_READ) for path in device_nodes() if _beneath(path, "/dev")]
+    return rules, protected
+
+
+def install_landlock(libc, writable: list[str], device_dirs: list[str],
+                     readable: list[tuple[str, int]] | None = None, read_files: Sequence[str] = ()) -> int:
     """Restrict file-system changes to ``writable`` (and writes of existing files under ``device_dirs``).
 
-    ``readable``: when given, reading, listing and executing are limited too, to ``readable`` (the
-    ``read_cover``, whole subtrees), ``read_files`` (single files, the kernel file) and ``writable``.
+    ``readable``: when given, reading, listing and executing are limited too, to the (path, rights)
+    rules of ``landlock_read_rules`` (whole subtrees), ``read_files`` (single files, the kernel file) and
+    ``writable``.
     """
     abi = landlock_abi(libc)
     if abi < 1:
@@ -492,7 +510,7 @@ def install_landlock(libc, writable: list[str], device_dirs: list[str], readable
     try:
         rules = [(p, handled, True) for p in writable] + \
                 [(p, FS_WRITE_FILE | (FS_TRUNCATE_BIT if abi >= 3 else 0), True) for p in device_dirs] + \
-                [(p, FS_READ, False) for p in readable or ()] + \
+                [(p, access, False) for p, access in readable or ()] + \
                 [(p, FS_EXECUTE | FS_READ_FILE, True) for p in (read_files if readable is not None else ())]
         for path, access, follow in rules:
             try:
@@ -620,6 +638,32 @@ def _needed_for_reading(submission: str) -> list[str]:
     return sorted(os.path.realpath(p) for p in paths if p)
 
 
+SYS_CAPSET = 126
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+
+
+def drop_capabilities(libc) -> bool:
+    """Give up every capability (effective, permitted, inheritable, ambient and the bounding set).
+
+    A worker started as root keeps root's capabilities through ``no_new_privs``, and several of them
+    go around every other limit here: loading a kernel module, reading kernel memory, overriding
+    file permissions the landlock rules rely on. The worker needs none of them. A no-op for an
+    unprivileged worker (the judge's slots run as their own users). True when none is left.
+    """
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as fh:
+            last = int(fh.read())
+    except (OSError, ValueError):
+        last = 63
+    for cap in range(last + 1):  # needs CAP_SETPCAP, so before the capability sets are cleared
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # {effective, permitted, inheritable} for capabilities 0-31 and 32-63
+    return libc.syscall(SYS_CAPSET, ctypes.byref(header), ctypes.byref(data)) == 0
+
+
 def _clear_read_implies_exec(libc) -> None:
     """An inherited ``READ_IMPLIES_EXEC`` would make every readable mapping executable; the filter
     refuses setting it, so it is cleared before."""
@@ -649,9 +693,11 @@ def enter(scratch: str, require: bool = False, submission: str = "", spec_allow:
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise SandboxError(f"no_new_privs refused: {os.strerror(ctypes.get_errno())}")
     _clear_read_implies_exec(libc)
+    if not drop_capabilities(libc):
+        box.notes.append(f"capabilities kept: {os.strerror(ctypes.get_errno())}")
     readable, read_files = None, [submission] if submission else []
     if unreadable:
-        readable, protected = read_cover(unreadable)
+        readable, protected = landlock_read_rules(unreadable)
         box.unreadable = tuple(protected)
         hidden = [p for p in _needed_for_reading(submission) if p != os.path.realpath(submission or "/")
                   and any(_beneath(p, q) for q in protected)]

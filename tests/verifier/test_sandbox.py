@@ -160,6 +160,15 @@ READ_PROBE = textwrap.dedent("""
     from metakernelbench.verifier import sandbox
     scratch, secret, sibling, other, limit = sys.argv[1:6]
     protected = [os.path.dirname(secret), os.path.dirname(scratch)]
+    disk = None  # a block device this process can read before the limits (as root), if any
+    for name in sorted(os.listdir("/sys/class/block")) if os.path.isdir("/sys/class/block") else []:
+        try:
+            os.close(os.open(os.path.join("/dev", name), os.O_RDONLY))
+            disk = os.path.join("/dev", name)
+            break
+        except OSError:
+            continue
+    caps_before = [l for l in open("/proc/self/status") if l.startswith("CapEff")][0].split()[1]
     box = sandbox.enter(scratch, unreadable=protected if limit == "1" else ())
     out = {"summary": box.summary()}
     def attempt(name, fn):
@@ -183,6 +192,10 @@ READ_PROBE = textwrap.dedent("""
                                       read_native(__import__("numpy").__file__)))
     attempt("stdlib_import", lambda: __import__("fractions"))
     attempt("link_out", lambda: os.link(secret, os.path.join(scratch, "copy")))
+    attempt("devices", lambda: (os.close(os.open("/dev/urandom", os.O_RDONLY)), os.listdir("/dev/shm")))
+    if disk:
+        attempt("raw_disk", lambda: os.close(os.open(disk, os.O_RDONLY)))
+    out["caps"] = (caps_before, [l for l in open("/proc/self/status") if l.startswith("CapEff")][0].split()[1])
     print(json.dumps(out))
 """)
 
@@ -204,6 +217,7 @@ def _read_probe(tmp_path, limit: bool) -> dict:
 def test_without_read_limits_a_native_open_reads_everything(tmp_path):
     got = _read_probe(tmp_path, limit=False)
     assert got["secret"] == got["other_scratch"] == got["list_protected"] == "ok", got
+    assert got.get("raw_disk", "ok") == "ok", got
     assert "reads=open" in got["summary"]
 
 
@@ -216,6 +230,9 @@ def test_read_limits_refuse_native_reads_of_protected_folders(tmp_path):
     assert got["other_scratch"] == refused and got["list_scratch_parent"] == refused, got
     assert got["sibling"] == got["scratch"] == got["site_packages"] == got["stdlib_import"] == "ok", got
     assert got["link_out"] == "errno 18", got  # no hard link that would carry the file out
+    assert got["devices"] == "ok", got
+    # a worker running as root reads no raw disk (the problem file's blocks are on it)
+    assert got.get("raw_disk", "errno 13") == "errno 13", got
     assert "reads=limited" in got["summary"] and "unreadable under" not in got["summary"], got
 
 
@@ -408,3 +425,13 @@ def test_the_kernel_file_keeps_the_write_limits_when_reads_are_open(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "landlock=abi" in done.stdout and "refused" not in done.stdout, done.stdout
+
+
+def test_a_worker_started_with_capabilities_keeps_none(tmp_path):
+    """Root's capabilities survive ``no_new_privs``; loading a kernel module or overriding file
+    modes would go around every other limit, so ``enter`` gives them all up."""
+    got = _read_probe(tmp_path, limit=False)
+    before, after = got["caps"]
+    if int(before, 16) == 0:
+        pytest.skip("this test runs without capabilities")
+    assert int(after, 16) == 0, got
