@@ -704,6 +704,10 @@ def enter(scratch: str, require: bool = False, submission: str = "", spec_allow:
         if hidden:
             box.notes.append(f"unreadable under the limits: {', '.join(hidden)}")
     try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        threads = 1
+    try:
         box.landlock_abi = install_landlock(libc, [scratch], device_nodes(), readable, read_files)
         box.read_rules = len(readable) if readable is not None and box.landlock_abi else 0
     except SandboxError as exc:
@@ -715,6 +719,8 @@ def enter(scratch: str, require: bool = False, submission: str = "", spec_allow:
                 box.notes.append(str(again))
     if not box.landlock_abi:
         box.notes.append("landlock unavailable: file writes limited by the audit hook only")
+    elif box.landlock_abi < 8 and threads > 1:  # no thread sync: those threads keep every file open to them
+        box.notes.append(f"{threads - 1} thread(s) started before landlock are not limited by it")
     if unreadable and not box.read_rules:
         box.notes.append("reads limited by the audit hook only")
     if platform.machine() == "x86_64":
