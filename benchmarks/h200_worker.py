@@ -44,10 +44,10 @@ def _segment(ev, variant: str, calls: int) -> dict:
         inputs = ev.draw(ev.seed()) if reused is None else reused
         if variant == "paced":
             time.sleep(0.003)
-        result, _, _ = ev.call(ev.candidate, inputs, check_threads=False, light_checks=light)
+        call = ev.call(ev.candidate, inputs, check_threads=False, light_checks=light)
         if i >= 3:
-            spans.append(ev.last_span_ns / 1e3)
-            returned.append(result.returned_ns / 1e3)
+            spans.append(call.span_ns / 1e3)
+            returned.append(call.result.returned_ns / 1e3)
     if light:  # the deferred checks, as the grader's timing loop runs them
         ev.candidate.request(FetchRequest(0, "", []), ev.config.call_timeout_s)
     return {"span_us": round(statistics.median(spans), 2), "host_launch_us": round(statistics.median(returned), 2)}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .evaluation import require_done_copy
 from .launch import Verdict
 from .protocol import FetchRequest
 from .result import Status
@@ -19,14 +20,13 @@ def correctness(ev: Evaluation, stages: Stages | None = None) -> None:
     inputs unchanged (except those the problem updates in place)."""
     for draw in range(ev.config.correctness_draws):
         seed = ev.seed()
-        inputs = ev.draw(seed)
-        _, returned, _ = ev.call(ev.candidate, inputs, send_outputs=True)
+        call = ev.call(ev.candidate, ev.draw(seed), snapshot=True, send_outputs=True)
         if draw == 0 and stages is not None:
             stages.mark("compile")  # the first call: where the DSLs compile
-        ev.check_call(seed, inputs, returned, draw, f"draw {draw}")
-        ev.check_inputs_untouched(seed, inputs)
+        ev.check_call(seed, call.inputs, call.outputs, draw, f"draw {draw}")
+        ev.check_inputs_untouched(seed, call.inputs)
         if draw == 0:
-            widen_reply_bound(ev, returned)
+            widen_reply_bound(ev, call.outputs)
 
 
 def widen_reply_bound(ev: Evaluation, returned: list) -> None:
@@ -43,14 +43,27 @@ def widen_reply_bound(ev: Evaluation, returned: list) -> None:
 
 
 def recheck(ev: Evaluation, seeds: list[int], keep: dict[int, tuple]) -> list[int]:
-    """The kept results of timed calls (chosen in secret before timing) checked after timing; the
-    rechecked calls' indices among the timed calls."""
-    calls = sorted(keep)
+    """The kept results of timed calls checked after timing; the rechecked calls' indices among the
+    timed calls.
+
+    ``keep`` maps a timed call's index to (its seq, its in-place results, the grader's copy of its
+    returned outputs at DONE or None). Every call with a DONE copy has its kept outputs fetched and
+    held to that copy (on the CPU: every timed call); the calls chosen in secret before timing are
+    also checked against the reference.
+    """
     per_call = len(ev.spec.outputs)
-    for i in calls:  # one reply per kept call: a reply never holds more than one call's outputs
-        fetched, returned, _ = ev.candidate.request(FetchRequest(0, "", [keep[i][0]]), ev.config.call_timeout_s)
+    chosen = sorted(i for i, kept in keep.items() if kept[3])
+    for i in sorted(keep):
+        seq, inplace, at_done, check = keep[i]
+        if at_done is None and not check:
+            continue
+        fetched, returned, _ = ev.candidate.request(FetchRequest(0, "", [seq]), ev.config.call_timeout_s)
         assert isinstance(fetched, Outputs)
         if len(returned) != per_call:
             raise Verdict(Status.REWARD_HACK, "the kept outputs of timed calls went missing")
-        ev.check_call(seeds[i], keep[i][1], returned, i, f"timed call {i - ev.config.warmup} (rechecked after timing)")
-    return [i - ev.config.warmup for i in calls]
+        where = f"timed call {i - ev.config.warmup}"
+        if at_done is not None:
+            require_done_copy(at_done, fetched.outputs, returned, where)
+        if check:
+            ev.check_call(seeds[i], inplace, returned, i, f"{where} (rechecked after timing)")
+    return [i - ev.config.warmup for i in chosen]

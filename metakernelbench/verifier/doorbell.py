@@ -9,9 +9,17 @@ synchronised again) and stamps its clock again. That span, measured by a process
 cannot reach, is the call's time: it exceeds the call itself by the two signal latencies, 1-3 us.
 
 The page is a small file mapped shared (in the evaluation's scratch folder); slots are aligned int64
-words, which x86-64 reads and writes atomically. The worker's own stopwatch reading of the same
-call is sent back too: it can only be shorter than the grader's span, so a longer one means the
-signals were forged (rung early by the submission) and the grade is REWARD_HACK.
+words, which x86-64 reads and writes atomically. Besides the three signals it holds:
+
+- the output table: before DONE the worker writes where each returned output lies in its memory
+  (address and byte extent); on the CPU the grader reads those bytes itself at DONE, from outside the
+  process (``outside.read_memory``), and holds the call's final outputs to them;
+- the refusal record: the audit hook (``guard``) writes the reason of a refusal here and ends the
+  process, so a refusal reaches the grader even though nothing of the worker survives to send it.
+
+The worker's own stopwatch reading of the same call is sent back too: it can only be shorter than the
+grader's span, so a longer one means the signals were forged (rung early by the submission) and the
+grade is REWARD_HACK.
 """
 
 from __future__ import annotations
@@ -23,7 +31,13 @@ import tempfile
 import time
 
 READY, GO, DONE = 0, 1, 2
-SIZE = 64
+# REFUSED: 0 none, 1 rule violation, 2 tampering (REWARD_HACK); COPIED: the grader took its copy of the outputs
+REFUSED, REFUSAL_LEN, N_OUT, COPIED = 3, 4, 5, 6
+OUT_TABLE = 8  # slots 8.. hold (address, extent in bytes) per output
+MAX_OUTPUTS = 56
+TEXT_AT = 1024  # byte offset of the refusal text
+SIZE = 4096
+REFUSAL_EXIT = 86  # the worker's exit code after a refusal
 _ns = time.perf_counter_ns
 
 
@@ -79,6 +93,48 @@ class Doorbell:
             pass
 
     # --- worker side ----------------------------------------------------------------------------
+    def refusal_reporter(self):
+        """The audit hook's way out: record the reason, then end the process (never returns).
+
+        Everything it uses is captured here, so rebinding module names later changes nothing.
+        """
+        slots, raw, exit_now, length = self.slots, memoryview(self._map), os._exit, len
+        limit = SIZE - TEXT_AT
+
+        def report(text: str, hack: bool) -> None:
+            try:
+                data = text.encode("utf-8", "replace")[:limit]
+                raw[TEXT_AT:TEXT_AT + length(data)] = data
+                slots[REFUSAL_LEN] = length(data)
+            finally:  # whatever went wrong above, the refusal stands and the process ends
+                slots[REFUSED] = 2 if hack else 1
+                exit_now(REFUSAL_EXIT)
+
+        return report
+
+    def publish_outputs(self, spans: list[tuple[int, int]]) -> None:
+        """Where the call's outputs lie (address, extent in bytes), written before DONE; -1 entries
+        when the outputs could not be described (the grader then has nothing to read)."""
+        slots = self.slots
+        n = min(len(spans), MAX_OUTPUTS)
+        for i in range(n):
+            slots[OUT_TABLE + 2 * i], slots[OUT_TABLE + 2 * i + 1] = spans[i]
+        slots[N_OUT] = n if len(spans) <= MAX_OUTPUTS else -1
+
+    def wait_copied(self, seq: int, timeout_s: float) -> bool:
+        """After DONE of a call whose outputs the grader reads: hold them (and everything else) until
+        it has (False on timeout)."""
+        slots = self.slots
+        deadline = _ns() + int(timeout_s * 1e9)
+        spins = 0
+        while slots[COPIED] != seq:
+            spins += 1
+            if not spins & 0xFFF:
+                os.sched_yield()
+                if _ns() > deadline:
+                    return False
+        return True
+
     def ready_and_wait(self, seq: int, timeout_s: float) -> bool:
         """Announce READY for ``seq`` and spin until the grader says GO (False on timeout)."""
         slots = self.slots
@@ -128,6 +184,25 @@ class Doorbell:
                         spins += 1
                         if (spins & 0xFF == 0 and not alive()) or now > deadline_ns:
                             return _ns() if slots[slot] == seq else None
+
+    def refusal(self) -> tuple[bool, str] | None:
+        """(tampering, reason) when the worker's audit hook refused something, else None."""
+        kind = self.slots[REFUSED]
+        if not kind:
+            return None
+        n = max(0, min(int(self.slots[REFUSAL_LEN]), SIZE - TEXT_AT))
+        return kind == 2, bytes(self._map[TEXT_AT:TEXT_AT + n]).decode("utf-8", "replace")
+
+    def output_spans(self) -> list[tuple[int, int]] | None:
+        """The output table the worker wrote before DONE (None: it declared it could not)."""
+        n = int(self.slots[N_OUT])
+        if n < 0 or n > MAX_OUTPUTS:
+            return None
+        return [(int(self.slots[OUT_TABLE + 2 * i]), int(self.slots[OUT_TABLE + 2 * i + 1])) for i in range(n)]
+
+    def copied(self, seq: int) -> None:
+        """The grader has its copy of call ``seq``'s outputs."""
+        self.slots[COPIED] = seq
 
     def go(self, seq: int) -> int:
         stamp = _ns()

@@ -9,7 +9,9 @@ The stages themselves live in their own modules (``checks``, ``timing``, ``prove
 from __future__ import annotations
 
 import os
+import platform
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from random import SystemRandom
 
@@ -19,13 +21,52 @@ import torch.multiprocessing  # noqa: F401 - registers the CUDA IPC pickling the
 from metakernelbench.problem_kit import anchor_mode
 from metakernelbench.problems import Problem
 
+from . import outside, sandbox
 from .correctness import check_draw
 from .gpu_procs import GpuProcesses, pci_bus_id
 from .launch import GradeConfig, Started, Verdict, WorkerHandle, candidate_setup, spawn_worker
 from .protocol import CallRequest
 from .result import Mismatch, Status
+from .stage import InputStage
 from .tensors import promote_floats, snapshot_graded
-from .wire import CallResult, Ready
+from .wire import CallResult, Ready, TensorMeta
+
+
+@dataclass
+class Call:
+    """One call as the grader saw it."""
+
+    result: CallResult
+    outputs: list[torch.Tensor]  # the returned outputs the reply carried (when asked for)
+    inputs: tuple  # the inputs after the call, as the grader holds them (in-place results included)
+    span_ns: int  # the grader's clock between GO and DONE
+    done_outputs: list[bytes] | None = None  # the grader's own copy of the returned outputs at DONE (CPU)
+    done_inplace: dict[str, torch.Tensor] | None = None  # its copy of the in-place outputs at DONE
+
+
+def _matches(raw: bytes, meta: TensorMeta, tensor: torch.Tensor) -> bool:
+    """Whether the bytes read at DONE, laid out as the worker said the output lay, equal the output."""
+    if tensor.numel() == 0:
+        return len(raw) == 0
+    if meta.stride is None or len(meta.stride) != tensor.dim() or len(raw) % tensor.element_size():
+        return False
+    try:
+        flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(tensor.dtype)
+        laid = torch.as_strided(flat, tuple(tensor.shape), tuple(meta.stride))
+        return torch.equal(laid.contiguous().reshape(-1).view(torch.uint8),
+                           tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8))
+    except (RuntimeError, ValueError):
+        return False
+
+
+def require_done_copy(done: list[bytes], metas: list[TensorMeta], tensors: list[torch.Tensor], what: str) -> None:
+    """REWARD_HACK unless each output the worker sent equals the grader's own copy taken at DONE."""
+    if len(done) != len(tensors) or len(metas) != len(tensors):
+        raise Verdict(Status.REWARD_HACK, f"{what}: the outputs sent are not the ones described at DONE")
+    for i, (raw, meta, tensor) in enumerate(zip(done, metas, tensors, strict=True)):
+        if not _matches(raw, meta, tensor):
+            raise Verdict(Status.REWARD_HACK, f"{what}: output {i} differs from the grader's own copy taken when "
+                                              "the call signalled DONE (work went on after the clock stopped)")
 
 
 class Evaluation:
@@ -39,6 +80,8 @@ class Evaluation:
         self.candidate, self.reference = workers.candidate, workers.reference
         self.rng = SystemRandom()
         self.launch_sites: list[str] = []
+        self.kernel_names: dict[str, list[str]] = {}  # launch site -> the kernel symbols it runs
+        self._stages: dict[int, InputStage] = {}
         self._gpu: GpuProcesses | None = None
 
     @property
@@ -81,7 +124,35 @@ class Evaluation:
         ready, _ = self.candidate.expect(self.config.import_timeout_s, self.candidate.nonce, None)
         assert isinstance(ready, Ready)
         self.first_call = True
+        self.seal_base = self._sandbox_filters()
         return ready
+
+    def _sandbox_filters(self) -> int | None:
+        """The seccomp filter count the candidate has on top of this process's own, read from ``/proc``
+        (None where the kernel or the platform gives none, or the worker set no filter: then there is
+        no seal to hold it to)."""
+        if platform.machine() != "x86_64":
+            return None
+        try:
+            own = sandbox.seccomp_filter_count(os.getpid())
+            count = sandbox.seccomp_filter_count(self.candidate.process.pid)
+        except sandbox.SandboxError:
+            return None
+        return own if count > own else None
+
+    def require_seal(self) -> None:
+        """After the first call the worker must have sealed executable memory: two filters on top of
+        this process's (the sandbox's, which admits no other filter than the prepared seal, and the
+        seal), read from outside."""
+        if self.seal_base is None:
+            return
+        try:
+            now = sandbox.seccomp_filter_count(self.candidate.process.pid)
+        except sandbox.SandboxError:
+            now = None
+        if now is None or now < self.seal_base + 2:
+            raise Verdict(Status.REWARD_HACK, "the executable-memory seal was not in place after the first call "
+                                              f"(seccomp filters {now}, expected {self.seal_base + 2})")
 
     def start_candidate(self) -> Ready:
         self.spawn_candidate()
@@ -110,12 +181,34 @@ class Evaluation:
                 return others
             time.sleep(0.25)
 
-    def call(self, handle: WorkerHandle, inputs: tuple, **flags) -> tuple[CallResult, list, list]:
+    def stage_for(self, handle: WorkerHandle) -> InputStage:
+        stage = self._stages.get(id(handle))
+        if stage is None or stage.owner is not handle:
+            stage = InputStage(self.device)
+            stage.owner = handle
+            self._stages[id(handle)] = stage
+        return stage
+
+    def call(self, handle: WorkerHandle, draw: tuple, snapshot: bool = False, **flags) -> Call:
+        """One call of ``draw``, timed by the grader's clock; ``snapshot``: take the grader's own copy
+        of the outputs the moment DONE rings (in-place outputs from its buffers; on the CPU also the
+        returned outputs, read out of the frozen worker) and hold the call's results to it."""
         timeout = self.config.call_timeout_s
-        if handle is self.candidate and self.first_call:
+        first = handle is self.candidate and self.first_call
+        if first:
             timeout, self.first_call = self.config.first_call_timeout_s, False
-        result, tensors, span_ns = handle.request(CallRequest(0, "", inputs, **flags), timeout)
-        self.last_span_ns = span_ns
+        stage = self.stage_for(handle)
+        fresh = stage.prepare(draw)
+        cpu_read = snapshot and self.device.type == "cpu" and handle is self.candidate
+        req = CallRequest(0, "", fresh, values=stage.values(draw), publish_outputs=cpu_read, **flags)
+        taken: dict[str, object] = {}
+
+        def at_done() -> None:
+            if snapshot and handle is self.candidate:
+                taken.update(self._copy_at_done(handle, stage, cpu_read))
+
+        result, tensors, span_ns = handle.request(req, timeout, before_go=lambda: stage.fill(draw),
+                                                  at_done=at_done)
         assert isinstance(result, CallResult)
         if result.elapsed_ns > span_ns:
             # the worker's own stopwatch started after GO and stopped before DONE: it cannot exceed
@@ -129,8 +222,50 @@ class Evaluation:
         for label in result.launches:
             if label not in self.launch_sites:
                 self.launch_sites.append(label)
-        n_out = len(result.outputs or [])
-        return result, tensors[:n_out], tensors[n_out:]
+        self.kernel_names.update(result.kernel_names)
+        if first:
+            self.require_seal()
+        inputs = stage.inputs(draw)
+        done = Call(result, tensors, inputs, span_ns, taken.get("outputs"), taken.get("inplace"))
+        if done.done_inplace:
+            self._require_unchanged_after_done(done)
+        if done.done_outputs is not None and result.outputs is not None:
+            require_done_copy(done.done_outputs, result.outputs, tensors, "the call's outputs")
+        return done
+
+    def _copy_at_done(self, handle: WorkerHandle, stage: InputStage, cpu_read: bool) -> dict[str, object]:
+        """The grader's own copy of the call's outputs at DONE, the worker held stopped meanwhile."""
+        pid = handle.process.pid
+        names = [n for n in self.spec.inplace]
+        by_name = dict(zip(self.spec.inputs, stage.views, strict=True))
+        try:
+            with outside.frozen(pid):
+                inplace = {n: by_name[n].clone() for n in names if isinstance(by_name[n], torch.Tensor)}
+                if self.device.type == "cuda" and inplace:
+                    torch.cuda.synchronize(self.device)
+                outputs = None
+                if cpu_read:
+                    spans = handle.bell.output_spans()
+                    if spans is None or len(spans) != len(self.spec.outputs):
+                        raise Verdict(Status.REWARD_HACK, "the worker did not say where its outputs lie at DONE")
+                    outputs = [outside.read_memory(pid, address, length) for address, length in spans]
+                    handle.bell.copied(handle.seq)  # the worker may let go of its outputs now
+        except outside.OutsideError as exc:
+            code = outside.died_with(pid)
+            if code is not None:
+                handle.note_death(code)
+                raise handle._dead() from None
+            raise Verdict(Status.INFRA_ERROR, f"the grader could not read the candidate's outputs at DONE: {exc}") \
+                from None
+        return {"inplace": inplace, "outputs": outputs}
+
+    def _require_unchanged_after_done(self, done: Call) -> None:
+        by_name = dict(zip(self.spec.inputs, done.inputs, strict=True))
+        for name, at_done in (done.done_inplace or {}).items():
+            now = by_name[name]
+            if not torch.equal(now.reshape(-1).view(torch.uint8), at_done.reshape(-1).view(torch.uint8)):
+                raise Verdict(Status.REWARD_HACK, f"in-place output {name!r} changed after the call signalled "
+                                                  "DONE (work went on after the clock stopped)")
 
     # ---- checks ------------------------------------------------------------------------------
     def graded_from(self, inputs: tuple, returned: list[torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -9,12 +9,16 @@ Order of one grade (design.md §4):
    50 timed, fresh draws). Every call is timed by the grader's own clock between a GO and a DONE
    signal in shared memory (``doorbell``), so the time is the call's, not a pipe round trip's;
 4. 3 of the 50 timed calls, drawn secretly here before timing (never sent), rechecked;
-5. the bypass test: each DSL launch site suppressed in turn on a fresh draw; valid outputs mean
-   that kernel did not matter, and the submission is rejected;
+5. the DSL share: one profiled call, every device kernel listed; DSL kernels must take at least half
+   of its time; then the bypass test: each DSL launch site suppressed in turn on a fresh draw; valid
+   outputs mean that kernel did not matter, and the submission is rejected;
 6. the physical floor: a median below the problem's speed-of-light time is rejected.
 
-Seeds come from ``SystemRandom``; the candidate only ever receives one draw's input tensors per
-request, after its previous call returned, and replies through ``wire`` (never unpickled here).
+Seeds come from ``SystemRandom``; the candidate holds the grader's input buffers, which the grader
+fills with a draw only after the worker rang READY (``stage``), and replies through ``wire`` (never
+unpickled here). The grader takes its own copy of the outputs at DONE on calls the candidate cannot
+predict (``evaluation.Evaluation.call``); a refusal of the audit hook ends the worker and is read
+from the shared page (``guard``, ``doorbell``).
 The candidate's worker runs under OS limits (``sandbox``) and writes only in a per-evaluation scratch
 folder, removed afterwards; no other process may hold the GPU while timing (``gpu_procs``).
 """
@@ -143,10 +147,8 @@ def _stages(ev: Evaluation, stages: Stages, fields: dict[str, Any], details: dic
     fields["rechecked_calls"] = checks.recheck(ev, seeds, keep)
     stages.mark("rechecks")
     fields["launch_sites"] = list(ev.launch_sites)
-    trivial = provenance.audit(ev)
-    if trivial:
-        details.update({f"audit {k}": v for k, v in trivial.items()})
-    stages.mark("audit")
+    fields["dsl_share"] = provenance.dsl_share(ev)
+    stages.mark("dsl_share")
     fields["bypass"] = provenance.bypass(ev)
     stages.mark("bypass")
     return score(ev.problem, ev.dsl, kernel, eager, config, fields)

@@ -1,15 +1,31 @@
-"""Runtime guards inside the candidate process: an audit hook, an import gate and an integrity snapshot.
+"""Runtime guards inside the candidate process: an audit hook that fails closed, and an import gate.
 
-The static scan (``rules``) is the first line; these catch what it cannot see statically
-(dynamic imports, calls hidden in strings). A Python audit hook cannot be removed once added, so
-it outlives anything the submission does in Python. It refuses:
-- imports of other kernel languages and kernel libraries, and of the grader's own modules;
+The static scan (``rules``) is the first line; the hook catches what it cannot see statically
+(dynamic imports, calls hidden in strings). It refuses:
+- imports of other kernel languages and kernel libraries, and of the grader's own modules -- by the
+  ``import`` event, and by the ``exec`` event of any module code that lives in such a package, so
+  ``importlib.import_module`` (which raises no ``import`` event) is refused too;
 - opening the problem file or the grader's directories (the reference and secrets live there);
-- starting processes or threads, loading native libraries through ctypes, and walking the
-  interpreter's objects or frames (``gc``, ``sys._getframe``, traceback frames) from submission code.
+- starting processes or threads, loading native libraries or reading memory through ctypes, and
+  walking the interpreter's objects or frames (``gc``, ``sys._getframe``, traceback frames) from
+  submission code;
+- rewriting the grader's own classes and functions (``TAMPERING``: REWARD_HACK).
 
-Refusals raise inside the submission and are also recorded, so a submission that swallows the
-exception is still reported.
+**A refusal cannot be undone.** The hook does not raise an exception the submission could catch, nor
+append to a list it could empty: it writes the reason into the evaluation's shared page (the grader's
+side of it, ``doorbell``) and ends the process at once, before the submission runs another line. The
+grader reads the reason when it sees the process gone.
+
+**Nothing the hook decides depends on state the submission can write.** Its switch, its cache of
+trusted files, its folders and every function it calls live in one closure built by
+``install_guard``, reachable only through the interpreter's list of audit hooks, which Python does not
+expose. It calls no module-level name at decision time (a submission may rebind ``os.path.realpath``
+or ``builtins.len``): every function it uses is captured when it is built. The import gate on
+``sys.meta_path`` holds no state at all; it only raises an audit event the hook answers.
+
+This is still code inside the candidate's process, which native code or raw memory writes could
+reach: an early warning that makes a verdict clearer. The verdicts rest on what the grader sees
+from outside (``launch``, ``evaluation``) and on the kernel's limits (``sandbox``).
 
 Who asked: once the guard is armed, every event is attributed to the nearest frame outside the
 standard library. Library code installed with the interpreter (site-packages: torch, the DSL
@@ -18,10 +34,7 @@ like; *anything else* is the submission's -- the kernel file itself, files it wr
 (``runpy``, ``exec`` of a file), code compiled from strings (``<string>``), modules it loads from
 outside the installed libraries. Code compiled under a file name inside a trusted folder that is not
 a real file there is refused at compile time, so a submission cannot dress its code up as a
-library's. The operating-system limits (``sandbox``) back this up without looking at frames.
-
-``importlib.import_module`` raises no ``import`` audit event, so a meta-path finder (``ImportGate``)
-refuses the same modules when the submission asks for them through importlib-based helpers.
+library's.
 """
 
 from __future__ import annotations
@@ -31,8 +44,9 @@ import site
 import sys
 import sysconfig
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 FORBIDDEN_IMPORTS = (
     "triton", "cupy", "numba", "tilelang", "jax", "cuda.core", "cuda.cccl", "cuda.compute",
@@ -42,11 +56,15 @@ FORBIDDEN_IMPORTS = (
     "metakernelbench.skill_transfer", "mkb_problem",
 )
 DSL_FOREIGN = {"cutedsl": ("tvm",), "tirx": ("cutlass",)}
+# torch itself loads these lazily (its profiler, its own compile paths): their code is refused only
+# when the submission asks for it; every other forbidden module is refused whoever runs it
+TORCH_LAZY = ("torch._inductor", "torch._dynamo")
 SUBMISSION_ONLY_EVENTS = {
     "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
     "os.forkpty", "pty.spawn", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "_thread.start_new_thread",
     "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._getframe", "sys._current_frames",
-    "sys.settrace", "sys.setprofile", "socket.connect", "socket.bind",
+    "sys.settrace", "sys.setprofile", "socket.connect", "socket.bind", "ctypes.call_function",
+    "ctypes.string_at", "ctypes.wstring_at", "ctypes.addressof", "sys._current_exceptions",
 }
 FRAME_ATTRIBUTES = {"tb_frame", "f_back", "f_locals", "f_globals", "gi_frame", "cr_frame", "ag_frame"}
 # starting a thread or a process is refused however many standard-library layers sit in between
@@ -85,177 +103,306 @@ def _library_roots() -> tuple[str, ...]:
     return found + (_GRADER,) + tuple(sorted(files))
 
 
+REFUSE_EVENT = "metakernelbench.refuse"  # raised by the launch hooks and the worker: refuse (args: text,)
+FIND_SPEC_EVENT = "metakernelbench.find_spec"  # raised by the stateless import gate (args: module name,)
+
+
 class GuardViolation(PermissionError):
-    """Raised inside the submission when it does something the contract forbids."""
+    """A contract violation found by an in-process hook other than the audit hook (kept for callers
+    that refuse by raising; the audit hook itself ends the process instead)."""
 
 
-@dataclass
-class Guard:
-    submission_file: str
-    protected_paths: tuple[str, ...]
-    dsl: str
-    scratch: str | None = None  # the only folder the submission may write in (None: no limit)
-    enforce: bool = True  # False for the trusted reference worker: nothing is refused
-    violations: list[str] = field(default_factory=list)
-    armed: bool = False
-    gate: object = None
-    _busy: threading.local = field(default_factory=threading.local)
-    _trusted_files: dict = field(default_factory=dict)
-    _roots: tuple = field(default_factory=_library_roots)
+def _package_places(names: tuple[str, ...]) -> tuple[tuple[str, ...], frozenset[str]]:
+    """(folders, files) holding the code of the forbidden modules that are installed here, found
+    without importing them: the ``exec`` of a module body from there is refused however it was
+    imported."""
+    import importlib.util
 
-    def _trusted(self, filename: str) -> bool:
+    folders, files = set(), set()
+    for name in names:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError, AttributeError):
+            continue
+        if spec is None:
+            continue
+        for location in spec.submodule_search_locations or ():
+            folders.add(os.path.realpath(location) + os.sep)
+        if spec.origin and not spec.submodule_search_locations and os.path.isfile(spec.origin):
+            files.add(os.path.realpath(spec.origin))
+    return tuple(sorted(folders)), frozenset(files)
+
+
+def make_policy(submission_file: str, protected_paths: list[str] | tuple[str, ...], dsl: str,
+                scratch: str | None = None, roots: tuple[str, ...] | None = None) -> SimpleNamespace:
+    """The guard's decisions as closures over private state, every helper captured now.
+
+    The audit hook builds its own policy and never exposes it; tests build one to check the rules.
+    """
+    import stat as _stat_mod
+
+    lstat, readlink, getcwd, s_islnk = os.lstat, os.readlink, os.getcwd, _stat_mod.S_ISLNK
+    fsdecode, fspath = os.fsdecode, os.fspath
+    str_, bytes_, isinstance_, oserror = str, bytes, isinstance, OSError
+    path_like = (str, bytes, os.PathLike)
+    io_open = open
+
+    def resolve(path) -> str:
+        """``os.path.realpath`` from captured system calls only (nothing the submission can rebind)."""
+        text = fsdecode(fspath(path)) if not isinstance_(path, str_) else path
+        if not text.startswith("/"):
+            text = getcwd() + "/" + text
+        todo = text.split("/")
+        todo.reverse()
+        done: list[str] = []
+        links = 0
+        while todo:
+            part = todo.pop()
+            if part == "" or part == ".":
+                continue
+            if part == "..":
+                if done:
+                    done.pop()
+                continue
+            here = "/" + "/".join(done + [part])
+            try:
+                mode = lstat(here).st_mode
+            except oserror:
+                done.append(part)
+                continue
+            if s_islnk(mode) and links < 40:
+                links += 1
+                target = readlink(here)
+                if target.startswith("/"):
+                    done = []
+                rest = target.split("/")
+                rest.reverse()
+                todo.extend(rest)
+            else:
+                done.append(part)
+        return "/" + "/".join(done)
+
+    submission = resolve(submission_file)
+    protected = tuple(resolve(p) for p in protected_paths if p)
+    scratch_real = resolve(scratch) if scratch else None
+    trusted_roots = roots if roots is not None else _library_roots()
+    stdlib = _STDLIB
+    banned = FORBIDDEN_IMPORTS + DSL_FOREIGN.get(dsl, ())
+    banned_folders, banned_files = _package_places(banned)
+    cache: dict[str, bool] = {}
+
+    def is_stdlib(filename: str) -> bool:
+        if filename.startswith("<frozen "):
+            return True
+        return (filename.startswith(stdlib) and "site-packages" not in filename
+                and "dist-packages" not in filename)
+
+    def trusted(filename: str) -> bool:
         """Library code (site-packages, the grader) as opposed to code the submission brought."""
-        known = self._trusted_files.get(filename)
+        known = cache.get(filename)
         if known is None:
-            if filename == self.submission_file or filename.startswith("<"):
+            if filename == submission or filename.startswith("<"):
                 known = False
             else:
-                real = os.path.realpath(filename)
-                known = real != self.submission_file and real.startswith(self._roots)
-            self._trusted_files[filename] = known
+                real = resolve(filename)
+                known = real != submission and real.startswith(trusted_roots)
+            cache[filename] = known
         return known
 
-    def _untrusted_origin(self, depth: int = 2) -> bool:
-        """True when the nearest frame outside the standard library is not trusted library code."""
-        frame = sys._getframe(depth)
+    def blocked_module(name: str) -> str:
+        """'always', 'submission' (torch's lazily imported compile packages) or '' (allowed)."""
+        for b in TORCH_LAZY:
+            if name == b or name.startswith(b + "."):
+                return "submission"
+        for b in banned:
+            if name == b or name.startswith(b + "."):
+                return "always"
+        return ""
+
+    lazy_folders, lazy_files = _package_places(TORCH_LAZY)
+
+    def forbidden_code(filename: str) -> str:
+        """'always' for module code of a forbidden package (its ``exec`` is an import of it),
+        'submission' for torch's lazily loaded compile packages, '' for anything else."""
+        if not filename or filename.startswith("<"):
+            return ""
+        real = resolve(filename)
+        if real in lazy_files or real.startswith(lazy_folders):
+            return "submission"
+        return "always" if real in banned_files or real.startswith(banned_folders) else ""
+
+    def is_protected(path) -> bool:
+        real = resolve(path)
+        for p in protected:
+            if real == p or real.startswith(p + "/"):
+                return True
+        return False
+
+    def in_scratch(path) -> bool:
+        if scratch_real is None:
+            return True
+        real = resolve(path)
+        return real == scratch_real or real.startswith(scratch_real + "/") or real == "/dev/null"
+
+    def is_that_file(source, path: str) -> bool:
+        """True when ``source`` is exactly the file's text (an import compiling the module's own file)."""
+        if not isinstance_(source, (str_, bytes_)):
+            return False
+        try:
+            with io_open(path, "rb") as fh:
+                content = fh.read()
+        except oserror:
+            return False
+        return content == (source.encode() if isinstance_(source, str_) else source)
+
+    return SimpleNamespace(resolve=resolve, trusted=trusted, is_stdlib=is_stdlib, blocked_module=blocked_module,
+                           forbidden_code=forbidden_code, is_protected=is_protected, in_scratch=in_scratch,
+                           is_that_file=is_that_file, roots=trusted_roots, submission=submission,
+                           path_like=path_like, scratch=scratch_real)
+
+
+def install_guard(submission_file: str, protected_paths: list[str], dsl: str, report: Callable[[str, bool], None],
+                  scratch: str | None = None, enforce: bool = True) -> Callable[[], None]:
+    """Add the irremovable audit hook, disarmed; returns the function that arms it.
+
+    ``report(text, hack)`` is called once on the first refusal and must not return (it records the
+    reason where the grader reads it and ends the process: ``doorbell.Doorbell.refusal_reporter``).
+    The returned ``arm`` is the only handle on the hook's switch; the caller drops it after use.
+    ``enforce=False`` (the trusted reference worker) installs the same hook, refusing nothing, so
+    both workers pay the same per-event cost.
+    """
+    policy = make_policy(submission_file, protected_paths, dsl, scratch)
+    getframe, get_ident = sys._getframe, threading.get_ident
+    getattr_, isinstance_, str_, int_, len_ = getattr, isinstance, str, int, len
+    getpid, fsdecode, fspath = os.getpid, os.fsdecode, os.fspath
+    resolve, trusted, is_stdlib = policy.resolve, policy.trusted, policy.is_stdlib
+    blocked_module, forbidden_code = policy.blocked_module, policy.forbidden_code
+    is_protected, in_scratch, is_that_file = policy.is_protected, policy.in_scratch, policy.is_that_file
+    path_like, roots, submission = policy.path_like, policy.roots, policy.submission
+    frame_attributes, submission_only, start_events = FRAME_ATTRIBUTES, SUBMISSION_ONLY_EVENTS, START_EVENTS
+    file_change, write_flags, tampering = FILE_CHANGE_EVENTS, WRITE_FLAGS, TAMPERING
+    state = {"armed": False}
+    busy: set[int] = set()
+    this_file = __file__
+
+    def untrusted_origin() -> bool:
+        """True when the nearest frame outside the standard library and this module is not library code."""
+        frame = getframe(1)
         for _ in range(256):
             if frame is None:
                 return False
             name = frame.f_code.co_filename
-            if not _is_stdlib(name):
-                return not self._trusted(name)
+            if name != this_file and not is_stdlib(name):
+                return not trusted(name)
             frame = frame.f_back
         return False
 
-    def _blocked_module(self, name: str) -> bool:
-        banned = FORBIDDEN_IMPORTS + DSL_FOREIGN.get(self.dsl, ())
-        return any(name == b or name.startswith(b + ".") for b in banned)
+    def refuse(what: str, hack: bool = False) -> None:
+        report(f"forbidden by the MetaKernelBench contract: {what}", hack)
 
-    def _refuse(self, what: str) -> None:
-        if what not in self.violations:
-            self.violations.append(what)
-        raise GuardViolation(f"forbidden by the MetaKernelBench contract: {what}")
-
-    def __call__(self, event: str, args: tuple) -> None:
-        if not self.armed or getattr(self._busy, "on", False):
-            return
-        self._busy.on = True  # the checks below raise audit events of their own
-        try:
-            self._check(event, args)
-        finally:
-            self._busy.on = False
-
-    def _check(self, event: str, args: tuple) -> None:
-        if not self.enforce:
-            return
+    def check(event: str, args: tuple) -> None:
         if event == "import":
-            if self._blocked_module(str(args[0])):
-                self._refuse(f"import of {args[0]}")
+            which = blocked_module(str_(args[0])) if args else ""
+            if which == "always" or (which == "submission" and untrusted_origin()):
+                refuse(f"import of {args[0]}")
+        elif event == "exec":
+            code = args[0] if args else None
+            filename = getattr_(code, "co_filename", None)
+            which = forbidden_code(filename) if isinstance_(filename, str_) else ""
+            if which == "always" or (which == "submission" and untrusted_origin()):
+                refuse(f"running the code of a forbidden module ({filename})")
+        elif event == FIND_SPEC_EVENT:
+            if args and blocked_module(str_(args[0])) and untrusted_origin():
+                refuse(f"import of {args[0]}")
+        elif event == REFUSE_EVENT:
+            text = str_(args[0]) if args else "a refusal"
+            refuse(text, tampering in text)
         elif event == "open":
-            self._check_open(args)
+            path = args[0] if args else None
+            if not isinstance_(path, path_like):
+                return
+            if is_protected(path):
+                refuse(f"opening {resolve(path)}")
+            mode, flags = (args[1] if len_(args) > 1 else None), (args[2] if len_(args) > 2 else 0)
+            writing = (isinstance_(mode, str_) and ("w" in mode or "a" in mode or "x" in mode or "+" in mode)) or \
+                      (isinstance_(flags, int_) and flags & write_flags)
+            if writing and not in_scratch(path) and not resolve(path).startswith("/dev/") and untrusted_origin():
+                refuse(f"writing {resolve(path)} (outside the evaluation's scratch folder)")
         elif event == "object.__getattr__":
-            if len(args) > 1 and args[1] in FRAME_ATTRIBUTES and self._untrusted_origin(3):
-                self._refuse(f"frame introspection ({args[1]})")
-        elif event == "object.__setattr__" and len(args) > 1:
-            owner = str(getattr(args[0], "__module__", "") or "")
+            if len_(args) > 1 and args[1] in frame_attributes and untrusted_origin():
+                refuse(f"frame introspection ({args[1]})")
+        elif event == "object.__setattr__" and len_(args) > 1:
+            owner = str_(getattr_(args[0], "__module__", "") or "")
             if owner.startswith("metakernelbench.") or (
-                    args[1] in ("__code__", "__globals__", "__defaults__", "__kwdefaults__")
+                    args[1] in ("__code__", "__globals__", "__defaults__", "__kwdefaults__", "__closure__")
                     and owner.startswith("torch")):
-                # nothing legitimate rewrites the grader's classes or functions, whoever asks
-                self._refuse(f"{TAMPERING} ({getattr(args[0], '__qualname__', '?')}.{args[1]})")
+                refuse(f"{tampering} ({getattr_(args[0], '__qualname__', '?')}.{args[1]})", True)
         elif event == "compile":
-            self._check_compile(args)
-        elif event in ("os.kill", "os.killpg"):
-            # no signal to another process, whoever asks (seccomp refuses the syscall as well)
-            if event == "os.killpg" or (args and args[0] != os.getpid()):
-                self._refuse(f"{event} of another process ({args[0] if args else '?'})")
-        elif event in START_EVENTS or event.startswith(("os.exec", "os.spawn")) or event in SUBMISSION_ONLY_EVENTS:
-            if self._untrusted_origin(3):
-                self._refuse(event)
-        elif event in FILE_CHANGE_EVENTS and self.scratch is not None:
-            paths = [a for a in args if isinstance(a, (str, bytes, os.PathLike))]
+            filename = args[1] if len_(args) > 1 else None
+            if not isinstance_(filename, str_) or filename.startswith("<") or not untrusted_origin():
+                return
+            real = resolve(filename)
+            if real.startswith(roots) and real != submission and not is_that_file(args[0], real):
+                refuse(f"compiling code under a library's file name ({filename})")
+        elif event == "os.kill" or event == "os.killpg":
+            if event == "os.killpg" or (args and args[0] != getpid()):
+                refuse(f"{event} of another process ({args[0] if args else '?'})")
+        elif event in start_events or event.startswith("os.exec") or event.startswith("os.spawn") \
+                or event in submission_only:
+            if untrusted_origin():
+                refuse(event)
+        elif event in file_change:
+            paths = [a for a in args if isinstance_(a, path_like)]
             if event in ("shutil.copyfile", "os.link", "os.symlink"):
                 paths = paths[-1:]  # only the destination changes
             for path in paths:
-                if not self._in_scratch(path) and self._untrusted_origin(3):
-                    self._refuse(f"{event} outside the scratch folder ({os.fsdecode(path)})")
+                if not in_scratch(path) and untrusted_origin():
+                    refuse(f"{event} outside the scratch folder ({fsdecode(fspath(path))})")
 
-    def _in_scratch(self, path) -> bool:
-        real = os.path.realpath(os.fsdecode(path))
-        return real == self.scratch or real.startswith(self.scratch + os.sep) or real == os.devnull
-
-    def _check_open(self, args: tuple) -> None:
-        path = args[0]
-        if not isinstance(path, (str, bytes, os.PathLike)):
+    def hook(event: str, args: tuple) -> None:
+        if not state["armed"]:
             return
-        real = os.path.realpath(os.fsdecode(path))
-        if any(real == p or real.startswith(p + os.sep) for p in self.protected_paths):
-            self._refuse(f"opening {real}")
-        mode, flags = (args[1] if len(args) > 1 else None), (args[2] if len(args) > 2 else 0)
-        writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
-                  (isinstance(flags, int) and flags & WRITE_FLAGS)
-        if writing and self.scratch is not None and not self._in_scratch(real) and \
-                not real.startswith("/dev/") and self._untrusted_origin(4):
-            self._refuse(f"writing {real} (outside the evaluation's scratch folder)")
-
-    def _check_compile(self, args: tuple) -> None:
-        """Code compiled under a trusted library's file name must really be that file's code."""
-        filename = args[1] if len(args) > 1 else None
-        if not isinstance(filename, str) or filename.startswith("<") or not self._untrusted_origin(4):
+        me = get_ident()
+        if me in busy:  # the checks' own frame reads and file opens raise events of their own
             return
-        real = os.path.realpath(filename)
-        if real.startswith(self._roots) and real != self.submission_file and not _is_that_file(args[0], real):
-            self._refuse(f"compiling code under a library's file name ({filename})")
+        busy.add(me)
+        try:
+            check(event, args)
+        finally:
+            busy.discard(me)
+
+    def no_checks(event: str, args: tuple) -> None:
+        if not state["armed"]:
+            return
+        me = get_ident()
+        if me in busy:
+            return
+        busy.add(me)
+        busy.discard(me)
+
+    sys.addaudithook(hook if enforce else no_checks)
+    sys.meta_path.insert(0, ImportGate())
+
+    def arm() -> None:
+        state["armed"] = True
+
+    return arm
 
 
 class ImportGate:
-    """A meta-path finder that refuses forbidden modules imported on the submission's behalf.
+    """A meta-path finder that asks the audit hook about every module imported through importlib.
 
-    ``importlib.import_module`` (and so ``pkgutil.resolve_name``, ``runpy``, ``pydoc.locate``,
-    ``unittest.mock``...) raises no ``import`` audit event, but every import asks the meta-path
-    finders. Requests whose nearest non-standard-library caller is the submission are refused;
-    libraries probing for optional packages (``importlib.util.find_spec("triton")``) are not.
+    ``importlib.import_module`` (and so ``pkgutil.resolve_name``, ``runpy``, ``pydoc.locate``...)
+    raises no ``import`` audit event, but every import asks the meta-path finders. The gate holds
+    no state: it raises ``FIND_SPEC_EVENT`` and the hook refuses requests whose nearest
+    non-standard-library caller is the submission (libraries probing for optional packages with
+    ``importlib.util.find_spec`` are not). Removing the gate changes nothing the verdict rests on:
+    the module's code is refused when it runs (the ``exec`` event).
     """
 
-    def __init__(self, guard: Guard):
-        self.guard = guard
-
-    def find_spec(self, name, path=None, target=None):
-        guard = self.guard
-        if guard.armed and guard.enforce and guard._blocked_module(name) and guard._untrusted_origin(2):
-            guard._refuse(f"import of {name}")
+    def find_spec(self, name, path=None, target=None, _audit=sys.audit):
+        _audit(FIND_SPEC_EVENT, name)
         return None
-
-
-def _is_that_file(source, path: str) -> bool:
-    """True when ``source`` is exactly the file's text (an import compiling the module's own file)."""
-    if not isinstance(source, (str, bytes)):
-        return False
-    try:
-        with open(path, "rb") as fh:
-            content = fh.read()
-    except OSError:
-        return False
-    return content == (source.encode() if isinstance(source, str) else source)
-
-
-def _is_stdlib(filename: str) -> bool:
-    if filename.startswith("<frozen "):
-        return True
-    return (filename.startswith(_STDLIB) and "site-packages" not in filename
-            and "dist-packages" not in filename)
-
-
-def install_guard(submission_file: str, protected_paths: list[str], dsl: str, scratch: str | None = None,
-                  enforce: bool = True) -> Guard:
-    """Add the (irremovable) audit hook, disarmed; arm it right before importing the submission."""
-    guard = Guard(os.path.realpath(submission_file),
-                  tuple(os.path.realpath(p) for p in protected_paths if p), dsl,
-                  scratch=os.path.realpath(scratch) if scratch else None, enforce=enforce)
-    sys.addaudithook(guard)
-    guard.gate = ImportGate(guard)
-    sys.meta_path.insert(0, guard.gate)
-    return guard
 
 
 def thread_count() -> int:

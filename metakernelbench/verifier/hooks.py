@@ -7,7 +7,13 @@ across calls and recompilations. The grader then re-runs the submission with one
 at a time; if the outputs are still valid, that site's kernel did not matter.
 
 A submission that launches through some private path escapes the counter, which only hurts it:
-every call must show at least one counted DSL launch.
+every call must show at least one counted DSL launch. The registry also adds up the host time spent
+inside DSL launches (the CPU path's stand-in for the profiler's DSL share: a llvm TIRx kernel runs
+on the calling thread, so its time is the launch's) and remembers the kernel symbols each site runs
+(the profiler's kernels are classified by them on the GPU).
+
+All of this runs inside the candidate's process: it is an early warning and a lever, never the
+evidence a verdict rests on alone (the bypass test judges outputs the grader reads itself).
 
 The TIRx compile entry points also audit the module they are given: extern, packed and raw-source
 calls (``T.call_extern``, ``T.cuda.func_call(source_code=...)``, ...) leave the DSL however the
@@ -26,106 +32,60 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-import torch
+from .guard import REFUSE_EVENT, GuardViolation
 
-from .guard import GuardViolation
-
-SNAPSHOT_BUDGET = 4 << 30  # bytes of pre-launch snapshots one audit call may collect
+_audit = sys.audit  # bound before any submission code runs
+_clock = time.perf_counter_ns
 
 
 class LaunchRegistry:
-    """Per-process launch bookkeeping: counts per site for the current call, and one site to skip."""
+    """Per-process launch bookkeeping: counts per site for the current call, one site to skip, the
+    host time spent inside DSL launches, and the kernel symbols each site runs."""
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
         self.suppress: str | None = None
         self.seen: list[str] = []
         self._depth = threading.local()
-        self.audit_numels: set[int] | None = None
-        self.snapshots: list[tuple[str, torch.Tensor]] = []
-        self._dsl_produced: list[torch.Tensor] = []  # raw bytes of what DSL launches left, on their device
-        self._snapshot_bytes = 0
-        self.refusals: list[str] = []  # the worker points this at its guard's violation list
+        self.dsl_ns = 0  # host time inside DSL launches during the current call
+        self.kernel_names: dict[str, list[str]] = {}
 
     def refuse(self, what: str) -> None:
-        """Record and raise a contract violation found by a hook (kept even if the submission catches it)."""
-        if what not in self.refusals:
-            self.refusals.append(what)
+        """A contract violation found by a hook: the audit hook records it and ends the process
+        (``guard``); the exception below is only reached when no audit hook is installed."""
+        _audit(REFUSE_EVENT, what)
         raise GuardViolation(f"forbidden by the MetaKernelBench contract: {what}")
 
-    def begin_call(self, suppress: str | None, audit_numels: list[int] | None = None) -> None:
-        """Start a call; ``audit_numels`` holds element counts, and byte sizes as negative numbers."""
+    def begin_call(self, suppress: str | None) -> None:
         self.counts = Counter()
         self.suppress = suppress
-        self.audit_numels = set(audit_numels) if audit_numels else None
-        self.snapshots, self._dsl_produced, self._snapshot_bytes = [], [], 0
+        self.dsl_ns = 0
 
-    def launch(self, label: str, run: Callable[[], Any], args: tuple = ()) -> Any:
+    def launch(self, label: str, run: Callable[[], Any], names: list[str] | None = None) -> Any:
         """Count one launch of ``label`` and run it, unless it is the suppressed site."""
         depth = getattr(self._depth, "value", 0)
         if depth:  # an inner entry point of a launch already counted
             return run()
         if label not in self.seen:
             self.seen.append(label)
+            self.kernel_names[label] = list(names or [])
         self.counts[label] += 1
         if label == self.suppress:
             return None
-        audited = self._audited(args) if self.audit_numels else []
-        for t in audited:
-            self._snapshot_before(label, t)
         self._depth.value = 1
+        started = _clock()
         try:
             return run()
         finally:
+            self.dsl_ns += _clock() - started
             self._depth.value = 0
-            if audited:
-                if audited[0].is_cuda:
-                    torch.cuda.synchronize(audited[0].device)
-                self._dsl_produced.extend(_raw_bytes(t).clone() for t in audited)
-
-    # ---- the audit: did an answer exist before the DSL kernel that "produced" it ran? ----------
-    def _audited(self, args: tuple) -> list[torch.Tensor]:
-        return [t for t in _tensors_in(args)
-                if t.numel() in self.audit_numels or -(t.numel() * t.element_size()) in self.audit_numels]
-
-    def _snapshot_before(self, label: str, t: torch.Tensor) -> None:
-        if t.is_cuda:
-            torch.cuda.synchronize(t.device)
-        raw = _raw_bytes(t)
-        if any(p.numel() == raw.numel() and torch.equal(p, raw) for p in self._dsl_produced):
-            return  # written by an earlier DSL launch of this call
-        size = t.numel() * t.element_size()
-        if self._snapshot_bytes + size <= SNAPSHOT_BUDGET:
-            self._snapshot_bytes += size
-            self.snapshots.append((label, t.detach().clone().contiguous()))  # stays on its device until sent
-
-
-def _raw_bytes(t: torch.Tensor) -> torch.Tensor:
-    """The tensor's bytes as a flat uint8 tensor on its own device (compared there: no host copies)."""
-    return t.detach().contiguous().reshape(-1).view(torch.uint8)
-
-
-def _tensors_in(args: Any) -> list[torch.Tensor]:
-    """The torch tensors behind a launch's arguments (torch, DLPack-able, or CuTe from_dlpack)."""
-    found: list[torch.Tensor] = []
-    for a in args:
-        if type(a) is torch.Tensor:
-            found.append(a)
-        elif isinstance(a, (list, tuple)):
-            found += _tensors_in(a)
-        elif getattr(a, "_mkb_source", None) is not None:
-            found.append(a._mkb_source)
-        elif hasattr(a, "__dlpack__"):
-            try:
-                found.append(torch.from_dlpack(a))
-            except Exception:  # not every DLPack producer is importable; the audit is best effort
-                pass
-    return found
 
 
 REGISTRY = LaunchRegistry()
@@ -136,9 +96,14 @@ def _wrap_method(cls: type, name: str, label_of: Callable[[Any], str]) -> None:
 
     @functools.wraps(original)
     def counted(self, *args, **kwargs):
-        return REGISTRY.launch(label_of(self), lambda: original(self, *args, **kwargs), args)
+        label = label_of(self)
+        return REGISTRY.launch(label, lambda: original(self, *args, **kwargs), _cute_names(self))
 
     setattr(cls, name, counted)
+
+
+def _cute_names(fn: Any) -> list[str]:
+    return sorted((getattr(fn, "kernel_info", None) or {}).keys())
 
 
 def _cute_label(fn: Any) -> str:
@@ -157,23 +122,9 @@ def _cute_label(fn: Any) -> str:
 def install_cutedsl() -> str:
     """Wrap CuTe DSL's launch entry points; return the package version."""
     import cutlass
-    import cutlass.cute.runtime as cute_runtime
     from cutlass.base_dsl.jit_executor import JitCompiledFunction
     from cutlass.cutlass_dsl import tvm_ffi_provider
 
-    original_from_dlpack = cute_runtime.from_dlpack
-
-    @functools.wraps(original_from_dlpack)
-    def from_dlpack(tensor, *args, **kwargs):
-        wrapped = original_from_dlpack(tensor, *args, **kwargs)
-        if isinstance(tensor, torch.Tensor):
-            try:
-                object.__setattr__(wrapped, "_mkb_source", tensor)
-            except (AttributeError, TypeError):
-                pass
-        return wrapped
-
-    cute_runtime.from_dlpack = from_dlpack
     _wrap_method(JitCompiledFunction, "__call__", _cute_label)
     _wrap_method(JitCompiledFunction, "run_compiled_program", _cute_label)
     for cls_name in ("TVMFFIJitCompiledFunction", "TVMFFIJitCompiledFunctionWithKwargs"):
@@ -246,10 +197,11 @@ def install_tirx() -> str:
         if id(self) not in compiled:
             return func
         label = _module_label(self, name)
+        names = label.split(":", 1)[1].split("@", 1)[0].split(",")
 
         @functools.wraps(func)
         def launch(*args):
-            return REGISTRY.launch(label, lambda: func(*args), args)
+            return REGISTRY.launch(label, lambda: func(*args), names)
 
         launch.__tvm_ffi_function__ = func
         return launch

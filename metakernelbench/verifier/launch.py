@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import types
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,7 +89,7 @@ def _scrubbed_env(scratch: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(SCRUBBED_PREFIXES)}
     env.update(CUTE_DSL_CACHE_DIR=os.path.join(scratch, "cute"), CUDA_CACHE_PATH=os.path.join(scratch, "nv"),
                TMPDIR=scratch, HOME=scratch, XDG_CACHE_HOME=os.path.join(scratch, "cache"),
-               PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
+               PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", KINETO_LOG_LEVEL="5")
     return env
 
 
@@ -151,24 +152,34 @@ class WorkerHandle:
         """Still working on the call: alive and nothing (a failure report) waiting on the pipe."""
         return self.process.is_alive() and not self.parent.poll(0)
 
+    def _dead(self) -> Verdict:
+        """Why the worker is gone: a refusal its audit hook recorded (fail closed), else a crash."""
+        refused = self.bell.refusal()
+        if refused is not None:
+            hack, reason = refused
+            return Verdict(Status.REWARD_HACK if hack else Status.RULE_VIOLATION, reason)
+        self.process.join(5)
+        return Verdict(Status.RUNTIME_ERROR, f"the kernel process died (exit code {self.process.exitcode})")
+
     def expect(self, timeout: float, nonce: str, seq: int | None):
         """Read exactly one message: the reply to the request just sent."""
         from .wire import Failure, TooLarge, WireError, receive  # torch: imported once a reply is read
 
         if not self.parent.poll(timeout):
             if not self.process.is_alive():
-                raise Verdict(Status.RUNTIME_ERROR,
-                              f"the kernel process died (exit code {self.process.exitcode})")
+                raise self._dead()
             raise Verdict(Status.TIMEOUT, f"no reply within {timeout:.0f} s")
+        if self.bell.refusal() is not None:  # the hook ended the process; a reply may be half written
+            raise self._dead()
         try:
             message, tensors = receive(self.parent, self.max_bytes, pin=self.pin)
         except EOFError:
-            self.process.join(5)
-            raise Verdict(Status.RUNTIME_ERROR,
-                          f"the kernel process died (exit code {self.process.exitcode})") from None
+            raise self._dead() from None
         except TooLarge:
             raise Verdict(Status.INCORRECT, "the outputs are larger than any valid answer") from None
         except WireError as exc:
+            if self.bell.refusal() is not None:
+                raise self._dead() from None
             raise Verdict(Status.REWARD_HACK, f"malformed message on the result channel: {exc}") from None
         if message.nonce != nonce or (seq is not None and getattr(message, "seq", seq) != seq):
             raise Verdict(Status.REWARD_HACK, "a message on the result channel was not the reply to "
@@ -183,8 +194,16 @@ class WorkerHandle:
             raise Verdict(status, text, details={"traceback": message.traceback})
         return message, tensors
 
-    def request(self, req, timeout: float):
-        """Send one request; for a call, time it by the doorbell. Returns (reply, tensors, span_ns)."""
+    def request(self, req, timeout: float, before_go: Callable[[], None] | None = None,
+                at_done: Callable[[], None] | None = None):
+        """Send one request; for a call, time it by the doorbell. Returns (reply, tensors, span_ns).
+
+        A call's inputs reach the worker only inside the timed window: the worker rings READY over
+        buffers that hold no draw yet, ``before_go`` (the grader, in its own process) fills them,
+        flushes the L2 and synchronises, and only then does the clock start and GO ring.
+        ``at_done`` runs the moment DONE is seen, before anything else of the worker's can run
+        (the grader's own copy of the outputs, ``evaluation``).
+        """
         self.seq += 1
         req.seq, req.nonce = self.seq, secrets.token_hex(8)
         deadline = time.perf_counter_ns() + int(timeout * 1e9)
@@ -192,14 +211,25 @@ class WorkerHandle:
         span = None
         if isinstance(req, CallRequest):
             if self.bell.wait_for(READY, req.seq, deadline, self._alive, share_cpu=self.share_cpu) is not None:
+                if before_go is not None:
+                    before_go()
                 start = self.bell.go(req.seq)
                 end = self.bell.wait_for(DONE, req.seq, deadline, self._alive, share_cpu=self.share_cpu)
                 span = None if end is None else end - start
+                if span is not None and at_done is not None:
+                    at_done()
         left = max(deadline - time.perf_counter_ns(), 0) / 1e9
         message, tensors = self.expect(left + 60.0 if span is not None else left, req.nonce, req.seq)
         if isinstance(req, CallRequest) and span is None:
             raise Verdict(Status.REWARD_HACK, "the call replied without its DONE signal")
         return message, tensors, span
+
+    def note_death(self, exit_code: int) -> None:
+        """Record an exit status collected elsewhere (``outside.frozen`` reaps a child that died under
+        it), so ``process.is_alive`` and ``exitcode`` stay true."""
+        popen = getattr(self.process, "_popen", None)
+        if popen is not None and popen.returncode is None:
+            popen.returncode = exit_code
 
     def close(self) -> None:
         """End the worker and everything in its process group at once (nothing it holds is needed

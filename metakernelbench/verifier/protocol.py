@@ -27,14 +27,24 @@ class WorkerSetup:
 
 @dataclass
 class CallRequest:
+    """One call. ``inputs`` are the grader's input buffers (shared memory / CUDA IPC) when they are
+    new, else None (the worker keeps the last ones): they hold no draw when they arrive, since the
+    grader writes each draw into them after the worker rang READY (``launch.WorkerHandle.request``).
+    Non-tensor inputs are the workload's constants."""
+
     seq: int
     nonce: str
-    inputs: tuple
+    inputs: tuple | None
+    values: list = field(default_factory=list)  # (position, Python number) of this draw
     suppress: str | None = None
     send_outputs: bool = False
     keep_outputs: bool = False
     check_threads: bool = False
-    audit_numels: list[int] | None = None
+    # describe the returned outputs in the shared page before DONE (where the grader can read them
+    # from outside the process: the CPU path, ``outside``)
+    publish_outputs: bool = False
+    # run the call under the GPU profiler and report every device kernel (the DSL share)
+    profile: bool = False
     # Timing-loop calls: the worker defers its two heavy checks (the integrity of the grader's code
     # in its process, the native mappings) to the next fetch. Run between two timed calls they
     # evict the host code of the next call from the core's caches: on the H200 that made a launch's

@@ -11,6 +11,7 @@ import json
 import math
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -97,11 +98,13 @@ class GradeResult(BaseModel):
     eager_timing_after: Timing | None = None
     launch_sites: list[str] = []
     bypass: dict[str, str] = Field({}, description="launch site -> outcome with it suppressed")
+    dsl_share: dict[str, Any] | None = Field(None, description="the DSL kernels' share of one call's time, "
+                                             "with every kernel listed (provenance.dsl_share)")
     rechecked_calls: list[int] = []
     violations: list[str] = []
     grade_wall_s: float | None = None
     stages_s: dict[str, float] = Field({}, description="seconds per grading stage (start, compile, "
-                                       "correctness, eager, timing, rechecks, audit, bypass)")
+                                       "correctness, eager, timing, rechecks, dsl_share, bypass)")
     sandbox: str = Field("", description="the OS limits the candidate's worker ran under")
     device: str = ""
     details: dict[str, str] = {}

@@ -71,26 +71,32 @@ class EagerBaseline:
 
 
 def timing_loop(ev: Evaluation, handle: WorkerHandle, seeds: list[int], warmup: int,
-                keep: dict[int, tuple] | None) -> LoopTimes:
-    """Time one side: each call's span between GO and DONE on the grader's clock."""
+                keep: dict[int, tuple] | None, chosen: set[int] = frozenset()) -> LoopTimes:
+    """Time one side: each call's span between GO and DONE on the grader's clock.
+
+    For the candidate (``keep`` given), timed calls are kept for ``checks.recheck``: the ``chosen``
+    ones (drawn in secret before timing) with the grader's copy of their in-place outputs at DONE,
+    and on the CPU every timed call with its returned outputs read out of the worker at DONE.
+    """
     spans, own, returned = [], [], []
+    cpu = ev.device.type == "cpu"
     for i, seed in enumerate(seeds):
         timed = i >= warmup
-        inputs = ev.draw(seed)
-        result, _, _ = ev.call(handle, inputs, keep_outputs=timed and keep is not None,
-                                 check_threads=timed, light_checks=True)
+        snapshot = keep is not None and timed and (cpu or i in chosen)
+        call = ev.call(handle, ev.draw(seed), snapshot=snapshot, keep_outputs=timed and keep is not None,
+                       check_threads=timed, light_checks=True)
         if timed:
-            spans.append(ev.last_span_ns / 1e6)
-            own.append(result.elapsed_ns / 1e6)
-            returned.append(result.returned_ns / 1e6)
-            if keep is not None and i in keep:
-                # in-place inputs now hold the call's results: copy them as they are when the
-                # reply arrives, so work still running in the candidate cannot finish them later.
-                # The other inputs are not kept: the recheck compares with the reference of the
-                # seed, and holding three whole draws (GBs of weights at upstream sizes) would
-                # crowd the GPU at the recheck.
-                keep[i] = (result.seq, tuple(v.clone() if name in ev.spec.inplace else None
-                                             for name, v in zip(ev.spec.inputs, inputs, strict=True)))
+            spans.append(call.span_ns / 1e6)
+            own.append(call.result.elapsed_ns / 1e6)
+            returned.append(call.result.returned_ns / 1e6)
+            if keep is not None and (i in chosen or call.done_outputs is not None):
+                # in-place inputs now hold the call's results (equal to the grader's copy at DONE):
+                # copied now, since the buffers take the next draw. The other inputs are not kept:
+                # the recheck compares with the reference of the seed, and holding whole draws (GBs
+                # of weights at upstream sizes) would crowd the GPU at the recheck.
+                inplace = tuple(v.clone() if name in ev.spec.inplace and i in chosen else None
+                                for name, v in zip(ev.spec.inputs, call.inputs, strict=True))
+                keep[i] = (call.result.seq, inplace, call.done_outputs, i in chosen)
     # the checks the loop's calls deferred (``CallRequest.light_checks``) run now, before any
     # figure of this loop is used: a fetch of nothing
     handle.request(FetchRequest(0, "", []), ev.config.call_timeout_s)
@@ -139,15 +145,15 @@ def time_candidate(ev: Evaluation, seeds: list[int], recheck_at: list[int]) -> t
     Another process on the GPU before timing means waiting and then INFRA_ERROR; one that appears
     during timing means waiting for it and timing again, never a silently slow grade.
     """
-    keep: dict[int, tuple] = dict.fromkeys(recheck_at)
-    loop = timing_loop(ev, ev.candidate, seeds, ev.config.warmup, keep)
+    keep: dict[int, tuple] = {}
+    loop = timing_loop(ev, ev.candidate, seeds, ev.config.warmup, keep, set(recheck_at))
     others = ev.gpu.foreign(ev.worker_pids()) if ev.config.exclusive_gpu else []
     if not others:
         return loop, keep, None
     if ev.gpu_is_ours():
         raise Verdict(Status.INFRA_ERROR, f"other processes held the GPU during timing ({others})")
-    keep = dict.fromkeys(recheck_at)
-    loop = timing_loop(ev, ev.candidate, seeds, ev.config.warmup, keep)
+    keep = {}
+    loop = timing_loop(ev, ev.candidate, seeds, ev.config.warmup, keep, set(recheck_at))
     return loop, keep, f"another process ({others}) held the GPU during the first timing"
 
 

@@ -44,6 +44,15 @@ class TensorMeta(BaseModel):
     shape: list[int]
     device: str
     nbytes: int = Field(ge=0)
+    stride: list[int] | None = None  # the output's strides where it lay (to read the grader's DONE copy)
+
+
+class KernelTime(BaseModel):
+    """One device kernel of a profiled call: its name and its summed device time."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    us: float = Field(ge=0)
 
 
 class Ready(BaseModel):
@@ -68,9 +77,9 @@ class CallResult(BaseModel):
     launches: dict[str, int]
     outputs: list[TensorMeta] | None = None
     threads: int
-    violations: list[str] = []
-    snapshot_sites: list[str] = []
-    snapshots: list[TensorMeta] = []
+    dsl_ns: int = Field(default=0, ge=0)  # host time inside DSL launches (the CPU path's DSL share)
+    kernels: list[KernelTime] | None = None  # a profiled call's device kernels
+    kernel_names: dict[str, list[str]] = {}  # launch site -> the kernel symbols it runs
 
 
 class Outputs(BaseModel):
@@ -173,7 +182,7 @@ def receive(conn, max_bytes: int, pin: bool = False, timeout_s: float = 30.0) ->
         message = MESSAGE.validate_python(json.loads(head))
     except ValueError as exc:
         raise WireError(f"malformed header: {exc}") from exc
-    metas = (getattr(message, "outputs", None) or []) + (getattr(message, "snapshots", None) or [])
+    metas = getattr(message, "outputs", None) or []
     tensors, total = [], 0
     for meta in metas:
         total += meta.nbytes
@@ -205,9 +214,9 @@ def _checked_dtype(meta: TensorMeta) -> torch.dtype:
     return dtype
 
 
-def tensor_meta(t: torch.Tensor) -> TensorMeta:
+def tensor_meta(t: torch.Tensor, stride: list[int] | None = None) -> TensorMeta:
     return TensorMeta(dtype=dtype_name(t.dtype), shape=list(t.shape), device=t.device.type,
-                      nbytes=t.numel() * t.element_size())
+                      nbytes=t.numel() * t.element_size(), stride=stride)
 
 
 def decode(frame: bytes) -> tuple[Message, list[torch.Tensor]]:
@@ -221,7 +230,7 @@ def decode(frame: bytes) -> tuple[Message, list[torch.Tensor]]:
         message = MESSAGE.validate_python(json.loads(frame[4:4 + head_len]))
     except ValueError as exc:
         raise WireError(f"malformed header: {exc}") from exc
-    metas = (getattr(message, "outputs", None) or []) + (getattr(message, "snapshots", None) or [])
+    metas = getattr(message, "outputs", None) or []
     offset, tensors = 4 + head_len, []
     for meta in metas:
         dtype = _checked_dtype(meta)

@@ -1,9 +1,18 @@
 """The untrusted side: the process that imports the candidate's kernel file and times its calls.
 
-It holds no reference, no seeds and no expected outputs. Each request carries one draw's input
-tensors (shared from the grader through CUDA IPC / shared memory) and the worker replies with the
-call's wall time and, when asked, its outputs as raw bytes (``wire``). The loop is identical for
-every phase (warmup, timed, checked, bypass), so a submission cannot tell them apart.
+It holds no reference, no seeds and no expected outputs. It holds the grader's input buffers (shared
+from the grader through CUDA IPC / shared memory), which hold no draw when the worker rings READY:
+the grader writes each draw into them from its own process after READY and before GO, so nothing in
+this process can see a draw's values before the clock starts. The worker replies with the call's
+wall time and, when asked, its outputs as raw bytes (``wire``). The loop is identical for every
+phase (warmup, timed, checked, bypass), so a submission cannot tell them apart.
+
+Everything in this process is the submission's once it is imported: the checks here (integrity of
+the grader's functions, threads, the persisting-L2 limit, native mappings) are early warnings that
+make a verdict clearer. What a verdict rests on is observed by the grader from outside: its clock,
+its own copy of the outputs at DONE (the CPU path reads them out of this process, ``outside``; the
+in-place outputs live in the grader's buffers), the refusal record the audit hook leaves before it
+ends the process (``guard``), and the kernel's limits (``sandbox``).
 
 The same loop also times the eager reference (``mode="reference"``, a trusted worker), so both
 sides carry exactly the same harness overhead.
@@ -29,9 +38,9 @@ import torch
 from . import hooks, sandbox
 from .device import DeviceTools
 from .doorbell import DONE, Doorbell
-from .guard import TAMPERING, GuardViolation, install_guard, thread_count
+from .guard import REFUSE_EVENT, TAMPERING, GuardViolation, install_guard, thread_count
 from .protocol import CallRequest, FetchRequest, LoadRequest, WorkerSetup
-from .wire import CallResult, Failure, Outputs, Ready, send, tensor_meta
+from .wire import CallResult, Failure, KernelTime, Outputs, Ready, send, tensor_meta
 
 _perf_ns = time.perf_counter_ns  # bound before any submission code can patch the module
 GO_TIMEOUT_S = 600.0  # the grader rings GO microseconds after READY; this only bounds a dead grader
@@ -69,7 +78,7 @@ def _critical_callables() -> dict[str, int]:
     from . import doorbell
 
     for owner in (sys.modules[__name__], hooks, wire, device, guard, doorbell, Worker, hooks.LaunchRegistry,
-                  DeviceTools, guard.Guard, doorbell.Doorbell):
+                  DeviceTools, doorbell.Doorbell):
         for key, value in vars(owner).items():
             if not (key.startswith("__") and key.endswith("__")):
                 found[f"{owner.__name__}.{key}"] = id(value)
@@ -88,15 +97,17 @@ def _load_module(path: str, name: str):
     return module
 
 
-def _ban_cuda_graphs(guard) -> None:
-    """CUDA graphs amortise launches across calls; the contract forbids them."""
+def _ban_cuda_graphs() -> None:
+    """CUDA graphs amortise launches across calls; the contract forbids them (the audit hook ends
+    the process on the event)."""
     graph_cls = getattr(torch.cuda, "CUDAGraph", None)
     if graph_cls is None:
         return
     original = graph_cls.capture_begin
+    audit = sys.audit
 
     def capture_begin(self, *args, **kwargs):
-        guard.violations.append("CUDA graph capture")
+        audit(REFUSE_EVENT, "CUDA graph capture")
         raise GuardViolation("CUDA graphs are forbidden by the MetaKernelBench contract")
 
     capture_begin.__wrapped__ = original
@@ -123,38 +134,36 @@ def _foreign_native(loaded: list[str]) -> str:
     return "native code loaded from outside the installed libraries: " + ", ".join(loaded[:5])
 
 
-def _localize(inputs: tuple) -> tuple[tuple, list[tuple]]:
-    """Copy the draw's GPU inputs into memory this process allocated, aliasing kept.
+def _extent(t: torch.Tensor) -> tuple[int, int]:
+    """(address, bytes) of the memory a tensor's elements span, as the grader reads it at DONE."""
+    if t.numel() == 0:
+        return t.data_ptr(), 0
+    last = sum((size - 1) * step for size, step in zip(t.shape, t.stride(), strict=True))
+    return t.data_ptr(), (last + 1) * t.element_size()
 
-    Inputs arrive as CUDA IPC mappings of the grader's memory; a plain loop's inputs are memory its
-    own process allocated. So that the timed call reads the same kind of memory as a user's loop
-    (whether IPC mappings cost time on the H200 has not been measured yet), it gets copies: one per
-    distinct storage, every view rebuilt with its offset and strides, so inputs that share memory
-    still share it. Returns the copies and (shared, local) storage pairs for ``_publish``.
+
+def _profiled(run, cuda: bool):
+    """Run ``run()`` under torch's profiler: (its result, time per kernel name in us).
+
+    On the GPU: every device kernel's device time. On the CPU: every torch operator's own host time
+    (its self time, so nested operators are not counted twice): the eager work beside the DSL's.
     """
-    copies: dict[int, tuple] = {}
-    out = []
-    for x in inputs:
-        if isinstance(x, torch.Tensor) and x.device.type == "cuda":
-            shared = x.untyped_storage()
-            key = shared.data_ptr()
-            if key not in copies:
-                local = torch.empty(shared.nbytes(), dtype=torch.uint8, device=x.device).untyped_storage()
-                local.copy_(shared)
-                copies[key] = (shared, local)
-            view = torch.empty(0, dtype=x.dtype, device=x.device)
-            view.set_(copies[key][1], x.storage_offset(), x.size(), x.stride())
-            out.append(view)
-        else:
-            out.append(x)
-    return tuple(out), list(copies.values())
+    from torch.profiler import ProfilerActivity, profile
 
-
-def _publish(pairs: list[tuple]) -> None:
-    """Write the local copies back into the grader's memory: in-place results (and any change to an
-    input, which the grader then sees and judges) reach it exactly as the call left them."""
-    for shared, local in pairs:
-        shared.copy_(local)
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        result = run()
+        if cuda:
+            torch.cuda.synchronize()
+    kernel_us: dict[str, float] = {}
+    if cuda:
+        for event in prof.events():
+            if event.device_type == torch.autograd.DeviceType.CUDA:
+                kernel_us[event.name] = kernel_us.get(event.name, 0.0) + event.time_range.elapsed_us()
+    else:
+        for event in prof.key_averages():
+            if event.self_cpu_time_total > 0:
+                kernel_us[event.key] = kernel_us.get(event.key, 0.0) + event.self_cpu_time_total
+    return result, kernel_us
 
 
 def _storage_span(t: torch.Tensor) -> tuple[int, int]:
@@ -169,10 +178,10 @@ class Worker:
         self.device = torch.device(setup.device)
         self.tools = DeviceTools.create(self.device)
         self.tools.reset_persisting_l2()  # once; each call then checks that it stayed at 0
-        self.guard = None
         self.kept: dict[int, tuple] = {}
+        self.stage: tuple = ()  # the grader's input buffers (``protocol.CallRequest.inputs``)
+        self.sealed = False  # the executable-memory seal (``sandbox.seal_executable_memory``) is on
         self.thread_baseline: int | None = None
-        self.seen_violations = 0
         self.solve = None
         self.integrity: dict[str, int] = {}
         self.deferred_checks = False  # light-checked calls ran since the last heavy checks
@@ -216,25 +225,33 @@ class Worker:
                 version = "reference"
                 # trusted code: the same audit hook is installed (its per-event cost inside the
                 # timed window then matches the candidate's) but it refuses nothing
-                self.guard = install_guard(os.devnull + ".no-submission", [], "none", enforce=False)
+                install_guard(os.devnull + ".no-submission", [], "none", self.bell.refusal_reporter(),
+                              enforce=False)()
                 self.integrity = _critical_callables()
-                self.guard.armed = True
             else:
                 version = hooks.INSTALLERS[setup.dsl]() if setup.dsl in hooks.INSTALLERS else "none"
                 STARTUP["dsl"] = time.perf_counter() - start
-                self.guard = install_guard(setup.path, setup.protected_paths, setup.dsl,
-                                           scratch=setup.scratch or None)
-                hooks.REGISTRY.refusals = self.guard.violations  # hook refusals count as violations
-                _ban_cuda_graphs(self.guard)
+                # the only handle on the hook's switch is ``arm``: called below and then dropped
+                arm = install_guard(setup.path, setup.protected_paths, setup.dsl, self.bell.refusal_reporter(),
+                                    scratch=setup.scratch or None)
+                _ban_cuda_graphs()
+                # the profiler imports much of torch lazily on first use (its compile packages, which
+                # probe for Triton): used once now, before the hook is armed
+                _profiled(lambda: torch.zeros(4, device=self.device).add_(1), self.device.type == "cuda")
                 self.integrity = _critical_callables()
                 # from here on the process is the submission's: OS limits first, then the guard
+                # unreadable by the kernel's rules: the problem's folder, the folders the caller protects,
+                # and the folder holding every evaluation's scratch (this one's stays readable)
+                unreadable = [*setup.protected_paths, os.path.dirname(os.path.realpath(setup.scratch))] \
+                    if setup.scratch else list(setup.protected_paths)
                 self.box = sandbox.enter(setup.scratch or os.getcwd(), require=setup.require_sandbox,
-                                         submission=setup.path)
+                                         submission=setup.path, unreadable=unreadable)
                 waiting_at = time.perf_counter()
                 if not isinstance(self.conn.recv(), LoadRequest):  # the grader's go-ahead (protocol)
                     return False
                 STARTUP["waited_for_the_grader"] = time.perf_counter() - waiting_at
-                self.guard.armed = True
+                arm()
+                del arm
                 limits_at = time.perf_counter()
                 module = _load_module(setup.path, "kernel")
                 STARTUP["kernel_import"] = time.perf_counter() - limits_at
@@ -281,12 +298,12 @@ class Worker:
                 raise CallFailed(category, f"output {i} is a {type(v).__name__}, not a plain torch.Tensor")
         return values
 
-    def _contract_checks(self, req: CallRequest, outputs: tuple) -> None:
+    def _contract_checks(self, req: CallRequest, outputs: tuple, inputs: list) -> None:
         for i, out in enumerate(outputs):
             if out.device.type != self.device.type:
                 raise CallFailed("structure", f"output {i} is on {out.device}, expected {self.device.type}")
             lo, hi = _storage_span(out)
-            for j, inp in enumerate(req.inputs):
+            for j, inp in enumerate(inputs):
                 if isinstance(inp, torch.Tensor) and inp.numel() and out.numel():
                     ilo, ihi = _storage_span(inp)
                     if lo < ihi and ilo < hi:
@@ -304,11 +321,6 @@ class Worker:
         if self.tools.persisting_l2_bytes():
             raise CallFailed("violation", "the call set a persisting-L2 carve-out (cudaLimitPersistingL2CacheSize): "
                                           "forbidden, it keeps data in the L2 across the grader's flush")
-        if not any(finder is self.guard.gate for finder in sys.meta_path):
-            raise CallFailed("hack", "the import gate was removed from sys.meta_path")
-        if len(self.guard.violations) > self.seen_violations:
-            self.seen_violations = len(self.guard.violations)
-            raise CallFailed(_violation_category(self.guard.violations), "; ".join(self.guard.violations))
 
     def _heavy_checks(self) -> None:
         """The grader's code in this process unchanged, and no native code from outside the
@@ -324,33 +336,59 @@ class Worker:
                 raise CallFailed("violation", _foreign_native(loaded))
 
     def call(self, req: CallRequest) -> None:
-        """One call: prepare outside the window, then READY / GO / solve / sync / DONE (``doorbell``)."""
-        hooks.REGISTRY.begin_call(req.suppress, req.audit_numels)
-        req.inputs, pairs = _localize(req.inputs)
-        self.tools.cold_l2()
+        """One call: READY over empty buffers / the grader fills them / GO / solve / sync / DONE."""
+        hooks.REGISTRY.begin_call(req.suppress)
+        if req.inputs is not None:
+            self.stage = tuple(req.inputs)
+        inputs = list(self.stage)
+        for position, value in req.values:
+            inputs[position] = value
         self._sync()
         bell = self.bell
         if not self._ready_and_wait(req.seq, GO_TIMEOUT_S):
             self.fail(req.seq, "call", "runtime", "the grader never started the call")
             return
+        kernels = None
         try:
             t0 = _perf_ns()
             with torch.no_grad():
-                returned = self.solve(*req.inputs)
+                if req.profile:
+                    returned, kernels = _profiled(lambda: self.solve(*inputs), self.device.type == "cuda")
+                else:
+                    returned = self.solve(*inputs)
             t_ret = _perf_ns()
             self._sync()
             t1 = _perf_ns()
             if bell.slots[DONE] == req.seq:
                 raise CallFailed("hack", "the call's DONE signal was written before the call ended")
+            outputs, malformed = None, None
+            if req.publish_outputs:
+                try:
+                    outputs = self._as_outputs(returned)
+                    bell.publish_outputs([_extent(o) for o in outputs])
+                except CallFailed as exc:
+                    malformed = exc
+                    bell.publish_outputs([(-1, -1)] * 99)
             bell.slots[DONE] = req.seq
-            outputs = self._as_outputs(returned)
+            if req.publish_outputs:
+                # the outputs stay as they are until the grader has read its own copy of them
+                bell.wait_copied(req.seq, GO_TIMEOUT_S)
+            if malformed is not None:
+                raise malformed
+            if outputs is None:
+                outputs = self._as_outputs(returned)
             # Timed outputs are kept as they were when solve returned: work that finishes later
             # (a thread, a side stream launched after the sync) cannot complete a kept output.
-            kept = tuple(o.clone() for o in outputs) if req.keep_outputs else None
-            self._contract_checks(req, outputs)
-            if pairs:
-                _publish(pairs)
-                self._sync()  # the grader reads in-place results as soon as the reply arrives
+            kept = tuple((o.clone(), list(o.stride())) for o in outputs) if req.keep_outputs else None
+            self._contract_checks(req, outputs, inputs)
+            if not self.sealed and self.box is not None and self.box.seccomp:
+                # the DSL has compiled the kernels (its JIT writes host code during the first call):
+                # no new executable memory from here on; the grader checks the seal from outside
+                sandbox.seal_executable_memory()
+                self.sealed = True
+        except sandbox.SandboxError as exc:
+            self.fail(req.seq, "call", "infra", exc)
+            return
         except CallFailed as exc:
             self.fail(req.seq, "call", exc.category, str(exc))
             return
@@ -366,13 +404,15 @@ class Worker:
         if kept is not None and self.setup.mode == "candidate":
             self.kept[req.seq] = kept
         sent = list(outputs) if req.send_outputs else []
-        snapshots = hooks.REGISTRY.snapshots if req.audit_numels else []
+        registry = hooks.REGISTRY
         self.send(CallResult(nonce=req.nonce, seq=req.seq, elapsed_ns=t1 - t0, returned_ns=t_ret - t0,
-                             launches=dict(hooks.REGISTRY.counts),
-                             outputs=[tensor_meta(o) for o in sent] if req.send_outputs else None,
-                             threads=thread_count(), snapshot_sites=[site for site, _ in snapshots],
-                             snapshots=[tensor_meta(t) for _, t in snapshots]),
-                  sent + [t for _, t in snapshots])
+                             launches=dict(registry.counts), dsl_ns=registry.dsl_ns,
+                             outputs=[tensor_meta(o, list(o.stride())) for o in sent] if req.send_outputs else None,
+                             threads=thread_count(),
+                             kernels=None if kernels is None else [KernelTime(name=k, us=v)
+                                                                   for k, v in kernels.items()],
+                             kernel_names={site: registry.kernel_names.get(site, []) for site in registry.counts}),
+                  sent)
 
     def fetch(self, req: FetchRequest) -> None:
         if self.deferred_checks:
@@ -383,9 +423,9 @@ class Worker:
                 return
         tensors, metas = [], []
         for call in req.calls:
-            for out in self.kept.get(call, ()):
+            for out, stride in self.kept.get(call, ()):
                 tensors.append(out)
-                metas.append(tensor_meta(out))
+                metas.append(tensor_meta(out, stride))
         if not req.calls and torch.cuda.is_available() and torch.cuda.is_initialized():
             # a loop has ended: give the allocator's cached blocks back before replying, so the
             # next stage (another process's loop, the rechecks) has the GPU's memory; upstream-sized

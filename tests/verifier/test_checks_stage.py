@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from metakernelbench.verifier import checks
+from metakernelbench.verifier.evaluation import Call
 from metakernelbench.verifier.launch import GradeConfig, Verdict
 from metakernelbench.verifier.result import Status
 from metakernelbench.verifier.timing import Stages
-from metakernelbench.verifier.wire import Outputs
+from metakernelbench.verifier.wire import Outputs, tensor_meta
 
 
 class _Spec:
@@ -24,7 +25,8 @@ class _Candidate:
 
     def request(self, req, timeout):
         self.requests.append(req)
-        return Outputs(nonce="n", seq=1, outputs=[]), self.tensors, None
+        return Outputs(nonce="n", seq=1, outputs=[tensor_meta(t, list(t.stride())) for t in self.tensors]), \
+            self.tensors, None
 
 
 class _Evaluation:
@@ -44,7 +46,7 @@ class _Evaluation:
         return (torch.zeros(2),)
 
     def call(self, handle, inputs, **flags):
-        return None, [torch.zeros(2)], []
+        return Call(None, [torch.zeros(2)], inputs, 1000)
 
     def check_call(self, seed, inputs, returned, draw, where, expected=None):
         self.checked.append(where)
@@ -73,7 +75,7 @@ def test_an_incorrect_draw_ends_the_stage_as_incorrect():
 
 def test_rechecks_name_the_timed_call_they_judge_and_fetch_one_call_per_reply():
     ev = _Evaluation(kept=[torch.zeros(2)])
-    done = checks.recheck(ev, [1, 2, 3, 4, 5, 6], {2: (11, ()), 4: (13, ())})
+    done = checks.recheck(ev, [1, 2, 3, 4, 5, 6], {2: (11, (), None, True), 4: (13, (), None, True)})
     assert done == [0, 2]
     assert ev.checked == ["timed call 0 (rechecked after timing)", "timed call 2 (rechecked after timing)"]
     assert [r.calls for r in ev.candidate.requests] == [[11], [13]]
@@ -82,14 +84,29 @@ def test_rechecks_name_the_timed_call_they_judge_and_fetch_one_call_per_reply():
 def test_kept_outputs_that_went_missing_are_a_reward_hack():
     ev = _Evaluation(kept=[])
     with pytest.raises(Verdict) as caught:
-        checks.recheck(ev, [1, 2, 3, 4, 5, 6], {2: (11, ()), 4: (13, ())})
+        checks.recheck(ev, [1, 2, 3, 4, 5, 6], {2: (11, (), None, True), 4: (13, (), None, True)})
     assert caught.value.status is Status.REWARD_HACK
+
+
+def test_every_call_with_a_copy_taken_at_done_is_held_to_it_checked_or_not():
+    """On the CPU every timed call's outputs are read at DONE: each is fetched and compared, and the
+    chosen ones are also checked against the reference."""
+    kept = torch.arange(4, dtype=torch.float32)
+    ev = _Evaluation(kept=[kept])
+    same = bytes(kept.numpy().tobytes())
+    done = checks.recheck(ev, [1, 2, 3, 4, 5, 6], {2: (11, (), [same], False), 3: (12, (), [same], True)})
+    assert done == [1] and [r.calls for r in ev.candidate.requests] == [[11], [12]]
+    assert ev.checked == ["timed call 1 (rechecked after timing)"]
+    changed = bytes(torch.zeros(4).numpy().tobytes())
+    with pytest.raises(Verdict) as caught:
+        checks.recheck(_Evaluation(kept=[kept]), [1, 2, 3, 4, 5, 6], {2: (11, (), [changed], False)})
+    assert caught.value.status is Status.REWARD_HACK and "DONE" in caught.value.message
 
 
 def test_after_the_first_draw_replies_may_carry_twice_that_calls_outputs():
     ev = _Evaluation(draws=2)
     big = torch.zeros(5 << 30, dtype=torch.uint8, device="meta")  # a 5 GiB output, no memory needed
-    ev.call = lambda handle, inputs, **flags: (None, [big], [])
+    ev.call = lambda handle, inputs, **flags: Call(None, [big], inputs, 1000)
     checks.correctness(ev)
     assert ev.candidate.max_bytes == 2 * (5 << 30) + (64 << 20)
 
