@@ -28,6 +28,17 @@ INPUTS = ("hidden_states", "mask", "q_proj_weight", "k_proj_weight", "v_proj_wei
           "per_dim_scale", "inv_timescales", "attention_logits_soft_cap")
 OUTPUTS = ("context_vectors",)
 SMALL_WORKLOAD = dict(batch=2, frames=200, channels=32, heads=2)
+# Per-row errors of two equally accurate fp32 implementations scatter widely here: a draw has 881k
+# rows of 64 values, each row's error is dominated by a few shared softmax terms, so in some rows the
+# reference happens to be far more accurate than its own typical row. Measured (H100, graded draws 2
+# and 3, results/h200/oracle-check.json run 4): both oracles' errors against the float64 anchor are
+# below the reference's overall (2-norm 0.67x, maximum 0.56-0.73x, median row 0.65x), yet their row error
+# reaches 3.6-4.0x the reference's in 4-17 rows a draw (425-539 rows above 2x); two fp32 orders of
+# the reference itself on the CPU (projections summed in 128-wide chunks or not) reach 3.9-4.3x. At
+# F = 3 every draw fails; F = 6 leaves the largest observed row at 0.66 of its allowance.
+TOLERANCE_FACTOR = 6.0
+TOLERANCE_NOTE = ("row errors of equally accurate fp32 orders reach 4.0x the reference's (881k rows of 64 per "
+                  "draw; medians 0.65x): F = 3 rejects every draw of a kernel more accurate than the reference")
 BLOCK, MAX_PAST = 32, 127  # query block and the farthest key frame back; no future frames
 
 
