@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from . import hooks, sandbox
+from . import capabilities, hooks, sandbox
 from .device import DeviceTools
 from .doorbell import DONE, Doorbell
 from .guard import REFUSE_EVENT, TAMPERING, GuardViolation, install_guard, thread_count
@@ -180,6 +180,7 @@ class Worker:
         self.tools.reset_persisting_l2()  # once; each call then checks that it stayed at 0
         self.kept: dict[int, tuple] = {}
         self.stage: tuple = ()  # the grader's input buffers (``protocol.CallRequest.inputs``)
+        self.removed: list[str] = []  # the code-loading entry points taken away (``capabilities``)
         self.sealed = False  # the executable-memory seal (``sandbox.seal_executable_memory``) is on
         self.thread_baseline: int | None = None
         self.solve = None
@@ -231,6 +232,9 @@ class Worker:
             else:
                 version = hooks.INSTALLERS[setup.dsl]() if setup.dsl in hooks.INSTALLERS else "none"
                 STARTUP["dsl"] = time.perf_counter() - start
+                removed_at = time.perf_counter()
+                self.removed = capabilities.remove(setup.dsl)  # GPU code loaders the DSL did not produce
+                STARTUP["capabilities"] = time.perf_counter() - removed_at
                 # the only handle on the hook's switch is ``arm``: called below and then dropped
                 arm = install_guard(setup.path, setup.protected_paths, setup.dsl, self.bell.refusal_reporter(),
                                     scratch=setup.scratch or None)
@@ -276,7 +280,8 @@ class Worker:
         self.send(Ready(nonce=setup.nonce, device=self.tools.name(), torch_version=torch.__version__,
                         dsl_version=str(version), import_s=time.perf_counter() - start,
                         startup_s={k: round(v, 3) for k, v in STARTUP.items()},
-                        sandbox=self.box.summary() if self.box else ""))
+                        sandbox=(self.box.summary() if self.box else "") + (
+                            f", {len(self.removed)} code loaders removed" if self.removed else "")))
         return True
 
     # ---- one call ------------------------------------------------------------------------------

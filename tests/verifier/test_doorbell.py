@@ -14,6 +14,7 @@ import os
 import time
 
 import pytest
+import torch
 
 from metakernelbench.verifier import grader as grader_mod
 from metakernelbench.verifier.doorbell import DONE, GO, READY, Doorbell
@@ -82,7 +83,7 @@ class _FakeHandle:
     def __init__(self, elapsed_ns: int, span_ns: int):
         self.elapsed_ns, self.span_ns = elapsed_ns, span_ns
 
-    def request(self, req, timeout):
+    def request(self, req, timeout, before_go=None, at_done=None):
         from metakernelbench.verifier.wire import CallResult
 
         return (CallResult(nonce="n", seq=1, elapsed_ns=self.elapsed_ns, launches={"k": 1}, threads=1), [],
@@ -93,6 +94,8 @@ def _evaluation(handle) -> grader_mod.Evaluation:
     ev = grader_mod.Evaluation.__new__(grader_mod.Evaluation)
     ev.candidate, ev.first_call, ev.dsl, ev.launch_sites = handle, False, "tirx", []
     ev.config = grader_mod.GradeConfig()
+    ev.device, ev.kernel_names, ev._stages = torch.device("cpu"), {}, {}
+    ev.spec = type("Spec", (), {"inplace": (), "inputs": (), "outputs": ()})()
     return ev
 
 
@@ -105,8 +108,7 @@ def test_a_worker_stopwatch_longer_than_the_span_is_a_forgery():
 
 def test_an_honest_call_is_timed_by_the_span():
     ev = _evaluation(_FakeHandle(elapsed_ns=99_000, span_ns=100_000))
-    ev.call(ev.candidate, ())
-    assert ev.last_span_ns == 100_000
+    assert ev.call(ev.candidate, ()).span_ns == 100_000
 
 
 def test_signal_overhead_reports_median_min_and_max():

@@ -1,4 +1,5 @@
-"""The bypass test against a stand-in evaluation: a kernel that can be skipped does not compute."""
+"""The bypass test and the DSL share against a stand-in evaluation: a kernel that can be skipped does not
+compute, and DSL kernels that take a small part of a call's time did not do its main computation."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import pytest
 import torch
 
 from metakernelbench.verifier import provenance
+from metakernelbench.verifier.evaluation import Call
 from metakernelbench.verifier.launch import GradeConfig, Verdict
 from metakernelbench.verifier.result import Mismatch, Status
 
@@ -48,7 +50,7 @@ class _Evaluation:
         if isinstance(what, Status):
             raise Verdict(what, "call failed")
         self.site = suppress
-        return None, [torch.zeros(2)], []
+        return Call(None, [torch.zeros(2)], inputs, 1000)
 
     def judge_draw(self, seed, inputs, returned, draw, expected=None):
         if self.outcome[self.site] == "valid":
@@ -84,3 +86,55 @@ def test_a_hack_or_rule_break_during_the_bypass_ends_the_grade(status):
     with pytest.raises(Verdict) as caught:
         provenance.bypass(_Evaluation({"k1": status}))
     assert caught.value.status is status
+
+
+class _Result:
+    def __init__(self, kernels, dsl_ns=0, launches=None):
+        self.kernels, self.dsl_ns, self.launches = kernels, dsl_ns, launches or {"tirx:k@1": 1}
+
+
+class _ShareEvaluation:
+    def __init__(self, device: str, dsl: str, result: _Result, names=None):
+        self.device, self.dsl, self.result = torch.device(device), dsl, result
+        self.kernel_names = names or {}
+        self.candidate = None
+
+    def seed(self):
+        return 1
+
+    def draw(self, seed):
+        return ()
+
+    def call(self, handle, inputs, **flags):
+        assert flags.get("profile") and flags.get("snapshot")
+        return Call(self.result, [], inputs, 100_000)
+
+    def check_call(self, *args, **kwargs):
+        pass
+
+
+def _kernels(**us):
+    from metakernelbench.verifier.wire import KernelTime
+
+    return [KernelTime(name=name, us=value) for name, value in us.items()]
+
+
+def test_the_gpu_share_counts_the_dsl_kernels_device_time():
+    ev = _ShareEvaluation("cuda", "cutedsl", _Result(_kernels(kernel_cutlass_gemm_0=90.0, elementwise_kernel=10.0)))
+    record = provenance.dsl_share(ev)
+    assert record["dsl_share"] == 0.9 and [k["dsl"] for k in record["kernels"]] == [True, False]
+
+
+def test_an_eager_result_gated_through_a_dsl_kernel_is_a_rule_violation():
+    kernels = _kernels(rmsnorm_eager=95.0, one_kernel=5.0)
+    ev = _ShareEvaluation("cuda", "tirx", _Result(kernels), names={"tirx:one_kernel@1": ["one_kernel"]})
+    with pytest.raises(Verdict) as caught:
+        provenance.dsl_share(ev)
+    assert caught.value.status is Status.RULE_VIOLATION and "5.0 %" in caught.value.message
+
+
+def test_on_the_cpu_views_and_allocations_count_for_neither_side():
+    kernels = _kernels(**{"aten::empty_like": 400.0, "aten::view": 300.0, "aten::add": 20.0})
+    ev = _ShareEvaluation("cpu", "tirx", _Result(kernels, dsl_ns=60_000))
+    record = provenance.dsl_share(ev)
+    assert record["dsl_share"] == 0.75  # 60 us of DSL against 20 us of computing torch operators

@@ -71,8 +71,9 @@ class _FakeEvaluation:
 
 @pytest.fixture
 def counted_loops(monkeypatch):
-    def fake_loop(ev, handle, seeds, warmup, keep):
+    def fake_loop(ev, handle, seeds, warmup, keep, chosen=frozenset()):
         ev.loops += 1
+        keep.update({i: (i, (), None, True) for i in chosen})
         return timing.LoopTimes([1.0], [1.0])
 
     monkeypatch.setattr(timing, "timing_loop", fake_loop)

@@ -77,12 +77,16 @@ def test_call_result_round_trip_keeps_every_dtype_shape_and_value():
                            else want.reshape(1).view(torch.uint8))
 
 
-def test_snapshots_follow_the_outputs():
-    outs, snaps = [torch.ones(2)], [torch.full((3,), 7, dtype=torch.int32)]
-    header = _result(outs, snapshot_sites=["tirx:k"], snapshots=[tensor_meta(t) for t in snaps])
-    message, tensors = decode(encode(header, outs + snaps))
-    assert message.snapshot_sites == ["tirx:k"]
-    assert torch.equal(tensors[0], outs[0]) and torch.equal(tensors[1], snaps[0])
+def test_profiled_kernels_and_output_strides_travel_in_the_header():
+    from metakernelbench.verifier.wire import KernelTime
+
+    outs = [torch.ones(2, 3).t()]
+    header = _result(outs, kernels=[KernelTime(name="kernel_cutlass_x", us=1.5)], dsl_ns=7,
+                     kernel_names={"cutedsl:kernel_cutlass_x": ["kernel_cutlass_x"]})
+    header.outputs = [tensor_meta(t, list(t.stride())) for t in outs]
+    message, tensors = decode(encode(header, outs))
+    assert message.kernels[0].name == "kernel_cutlass_x" and message.dsl_ns == 7
+    assert message.outputs[0].stride == [1, 3] and torch.equal(tensors[0], outs[0].contiguous())
 
 
 @pytest.mark.parametrize("header", [
