@@ -15,6 +15,7 @@ import dataclasses
 import datetime as dt
 import json
 import multiprocessing
+import os
 import subprocess
 import sys
 import tempfile
@@ -80,12 +81,13 @@ def oracle_problem_ids() -> list[str]:
     return sorted({path.name[:2] for path in oracle_files()})
 
 
-def run_oracles(config, results):
+def run_oracles(config, results, only: set[str] | None = None):
+    """Every oracle, or those ``only`` names (``NN`` for both DSLs, ``NN_dsl`` for one)."""
     for pid in oracle_problem_ids():
         problem = find_problem(pid)
         for dsl in ("cutedsl", "tirx"):
             path = oracle_file(problem, dsl)
-            if not path.exists():
+            if not path.exists() or (only and pid not in only and f"{pid}_{dsl}" not in only):
                 continue
             results.append(entry("oracle", f"{problem.spec.name}_{dsl}", grade(problem, path, dsl, config=config),
                                  "PASSED"))
@@ -142,6 +144,8 @@ def main() -> None:
                         help="grade controls and exploits this many at a time (oracles always one at a time)")
     parser.add_argument("--merge", type=Path, default=None,
                         help="an earlier record whose entries this run keeps unless it re-grades them")
+    parser.add_argument("--oracles", default="", help="grade only these oracles: NN (both DSLs) or NN_dsl, "
+                                                      "comma-separated (default: every oracle)")
     parser.add_argument("--quick-rejections", action="store_true",
                         help="reduced counts for controls and exploits only (they are judged on verdicts)")
     args = parser.parse_args()
@@ -151,7 +155,7 @@ def main() -> None:
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         if "oracles" in parts:
-            run_oracles(config, results)
+            run_oracles(config, results, {k for k in args.oracles.split(",") if k} or None)
         reject_config = QUICK if args.quick_rejections else config
         if args.parallel > 1:  # verdicts only: several gradings share the GPU on purpose
             reject_config = dataclasses.replace(reject_config, exclusive_gpu=False)
@@ -167,7 +171,8 @@ def main() -> None:
         results = [r for r in previous["results"] if (r["kind"], r["task"]) not in fresh] + results
         commands = previous.get("commands", [previous.get("command", "")]) + commands
         configs = {"earlier runs": previous.get("config")}
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT).stdout
+    commit = os.environ.get("MKB_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                                                            text=True, cwd=REPO_ROOT).stdout
     record = {
         "commands": commands,
         "commit": commit.strip() or "unknown", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

@@ -143,26 +143,49 @@ def _extent(t: torch.Tensor) -> tuple[int, int]:
 
 
 def _profiled(run, cuda: bool):
-    """Run ``run()`` under torch's profiler: (its result, time per kernel name in us).
+    """Run ``run()`` under torch's profiler (its C interface: ``torch.profiler`` imports torch's compile
+    packages, which probe for Triton): (its result, time per kernel name in us).
 
     On the GPU: every device kernel's device time. On the CPU: every torch operator's own host time
-    (its self time, so nested operators are not counted twice): the eager work beside the DSL's.
+    (its duration less its nested operators', so nothing is counted twice): the eager work beside
+    the DSL's.
     """
-    from torch.profiler import ProfilerActivity, profile
+    from torch._C._profiler import ProfilerActivity, ProfilerConfig, ProfilerState, _ExperimentalConfig
+    from torch.autograd import _disable_profiler, _enable_profiler, _prepare_profiler
 
-    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+    config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig())
+    activities = {ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU}
+    _prepare_profiler(config, activities)
+    _enable_profiler(config, activities)
+    try:
         result = run()
         if cuda:
             torch.cuda.synchronize()
+    finally:
+        events = _disable_profiler().events()
     kernel_us: dict[str, float] = {}
+    wanted = "CUDA" if cuda else "CPU"
+    mine = [e for e in events if str(e.device_type()).endswith(wanted)]
     if cuda:
-        for event in prof.events():
-            if event.device_type == torch.autograd.DeviceType.CUDA:
-                kernel_us[event.name] = kernel_us.get(event.name, 0.0) + event.time_range.elapsed_us()
-    else:
-        for event in prof.key_averages():
-            if event.self_cpu_time_total > 0:
-                kernel_us[event.key] = kernel_us.get(event.key, 0.0) + event.self_cpu_time_total
+        for e in mine:
+            kernel_us[e.name()] = kernel_us.get(e.name(), 0.0) + e.duration_ns() / 1e3
+        return result, kernel_us
+    by_thread: dict[int, list] = {}
+    for e in mine:
+        by_thread.setdefault(e.start_thread_id(), []).append(e)
+    for evs in by_thread.values():
+        evs.sort(key=lambda e: (e.start_ns(), -e.duration_ns()))
+        stack: list[list] = []  # [end_ns, name, own_ns]
+        for e in evs + [None]:
+            start = e.start_ns() if e is not None else None
+            while stack and (start is None or start >= stack[-1][0]):
+                end, name, own = stack.pop()
+                kernel_us[name] = kernel_us.get(name, 0.0) + max(own, 0) / 1e3
+            if e is None:
+                break
+            if stack:
+                stack[-1][2] -= e.duration_ns()
+            stack.append([e.start_ns() + e.duration_ns(), e.name(), e.duration_ns()])
     return result, kernel_us
 
 
@@ -239,8 +262,7 @@ class Worker:
                 arm = install_guard(setup.path, setup.protected_paths, setup.dsl, self.bell.refusal_reporter(),
                                     scratch=setup.scratch or None)
                 _ban_cuda_graphs()
-                # the profiler imports much of torch lazily on first use (its compile packages, which
-                # probe for Triton): used once now, before the hook is armed
+                # the profiler's first use loads its libraries: once now, before the hook is armed
                 _profiled(lambda: torch.zeros(4, device=self.device).add_(1), self.device.type == "cuda")
                 self.integrity = _critical_callables()
                 # from here on the process is the submission's: OS limits first, then the guard
