@@ -21,7 +21,8 @@ from metakernelbench.verifier.guard import make_policy
 
 
 def _policy(tmp_path, dsl: str = "tirx"):
-    return make_policy(str(tmp_path / "kernel.py"), (str(tmp_path / "problem"),), dsl, scratch=str(tmp_path / "scratch"))
+    return make_policy(str(tmp_path / "kernel.py"), (str(tmp_path / "problem"),), dsl,
+                       scratch=str(tmp_path / "scratch"))
 
 
 def test_installed_libraries_are_trusted(tmp_path):
