@@ -58,6 +58,8 @@ def main() -> int:
         problem.spec = problem.spec.model_copy(update={"workload": {**problem.spec.workload,
                                                                     **problem.spec.small_workload}})
     device = torch.device(args.device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", 0)
     config = GradeConfig()
     started = start_workers(Path(args.kernel), args.dsl, problem.spec.path, len(problem.spec.outputs), str(device),
                             config)

@@ -311,6 +311,18 @@ def reference_setup(problem_file: Path, device: str, num_outputs: int) -> Worker
                        num_outputs=num_outputs, nonce=secrets.token_hex(8))
 
 
+def evaluations_root() -> str:
+    """The folder that holds every evaluation's scratch folder (this user's, created on first use).
+
+    A worker may not read it (landlock): other evaluations' scratch folders are other submissions'.
+    It is a folder of its own, not the temporary folder itself, whose other contents (a DSL unpacked
+    there, the grader's own temporary files) a worker may need to read.
+    """
+    root = os.path.join(tempfile.gettempdir(), f"mkb-evaluations-{os.getuid()}")
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    return root
+
+
 def start_workers(kernel: Path, dsl: str, problem_file: Path, num_outputs: int, device: str,
                   config: GradeConfig, protected_paths: list[str] | None = None) -> Started:
     """Start the candidate and the reference worker of one evaluation, on their own CPUs.
@@ -322,7 +334,7 @@ def start_workers(kernel: Path, dsl: str, problem_file: Path, num_outputs: int, 
     """
     kernel, problem_file = Path(kernel).resolve(), Path(problem_file).resolve()
     protected = [str(problem_file.parent), *(protected_paths or [])]
-    scratch = tempfile.mkdtemp(prefix="mkb-eval-")
+    scratch = tempfile.mkdtemp(prefix="mkb-eval-", dir=evaluations_root())
     original = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     plan = core_plan() if config.pin_cores and original else None
     candidate = spawn_worker(candidate_setup(kernel, dsl, device, num_outputs, protected, scratch, config), scratch,
