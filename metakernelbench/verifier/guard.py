@@ -51,7 +51,8 @@ from types import SimpleNamespace
 FORBIDDEN_IMPORTS = (
     "triton", "cupy", "numba", "tilelang", "jax", "cuda.core", "cuda.cccl", "cuda.compute",
     "nvmath", "quack", "flash_attn", "flashinfer", "cudnn", "cutlass_cppgen", "cutlass_library",
-    "liger_kernel", "sgl_kernel", "deep_gemm", "tvm_tirx", "torch._inductor", "torch._dynamo",
+    "liger_kernel", "sgl_kernel", "deep_gemm", "tvm_tirx", "torch._inductor", "torch._dynamo", "cffi",
+    "_cffi_backend",
     "metakernelbench.verifier", "metakernelbench.problems", "metakernelbench.adapters",
     "metakernelbench.skill_transfer", "mkb_problem",
 )
@@ -333,9 +334,11 @@ def install_guard(submission_file: str, protected_paths: list[str], dsl: str, re
                 refuse(f"frame introspection ({args[1]})")
         elif event == "object.__setattr__" and len_(args) > 1:
             owner = str_(getattr_(args[0], "__module__", "") or "")
+            code = getattr_(args[0], "__code__", None)
+            library_function = code is not None and trusted(str_(getattr_(code, "co_filename", "<?>")))
             if owner.startswith("metakernelbench.") or (
                     args[1] in ("__code__", "__globals__", "__defaults__", "__kwdefaults__", "__closure__")
-                    and owner.startswith("torch")):
+                    and (owner.startswith("torch") or library_function)):
                 refuse(f"{tampering} ({getattr_(args[0], '__qualname__', '?')}.{args[1]})", True)
         elif event == "compile":
             filename = args[1] if len_(args) > 1 else None
