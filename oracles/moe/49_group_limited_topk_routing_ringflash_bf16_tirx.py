@@ -1,22 +1,40 @@
 """TIRx oracle for problem 49: group-limited top-8 MoE routing over 256 experts.
 
-torch computes the router logits (x W^T in fp32, the reference's own GEMM; TF32 is off in
-grading). Everything after that runs in one TIRx kernel, one warp per token, each lane owning 8
-consecutive experts (so a group of 32 experts is 4 lanes):
+Two TIRx kernels (two launches): the router GEMM, then the routing.
 
-1. sigmoid and the expert bias, per lane;
-2. each group's two largest biased scores: a local top-2, merged over the group's 4 lanes with
-   xor shuffles; the group score is their sum;
-3. the top 4 groups: every lane ranks its group against the 8 group scores (shuffled from the
-   first lane of each group; ties go to the lower group index, like a stable sort);
-4. the top 8 biased scores among the kept groups: 8 rounds of a warp-wide arg-max (value, then
-   lower index) carried through xor shuffles together with the unbiased score; the winner is
-   struck out and its index written;
-5. weights = score / (sum of the 8 scores + 1e-20) * routed_scaling_factor.
+1. ``mkb_router_gemm``: logits = x W^T in fp32 on the tensor cores, written to an fp32
+   [tokens, 256] buffer. x and W are bf16, so every product x_k * w_k is exact in fp32 and the
+   reference's fp32 GEMM (TF32 off) differs from this one only in how the sums are rounded; bf16
+   ``mma.sync`` m16n8k16 with fp32 accumulation (issued through TIRx's PTX intrinsic with
+   hand-written fragment maps; TIRx 0.27 has no WGMMA path for sm_90) computes those same exact
+   products. The tensor core's own accumulation truncates instead of rounding to nearest, so each
+   32-wide K slice is summed by two mma's into zeroed registers and the slice sums are added to the
+   running fp32 accumulators with ordinary round-to-nearest adds: the truncation then only touches
+   a slice sum (about 1/11 of a logit's size at K = 4096), and the 128 slice additions round like
+   the reference's own fp32 sums. (In a CPU model that truncates every mma's sum, the weights'
+   error is 1.2x the eager reference's this way, and 13x with all of K accumulated in the mma.) A
+   256-thread CTA (4 x 2 warps, each 32 tokens x 64 experts)
+   computes a 128 x 128 tile (tokens symbolic; rows past the token count load the last token and
+   are not stored); K advances in slices of 32 through two shared-memory stages (rows padded to
+   20 words so the fragment reads are conflict-free), the next slice's 16-byte loads issued before
+   the current slice is multiplied. Operands are read as 32-bit words of bf16 pairs.
+2. ``mkb_group_topk_route``: one warp per token, each lane owning 8 consecutive experts (so a
+   group of 32 experts is 4 lanes):
+
+   a. sigmoid and the expert bias, per lane;
+   b. each group's two largest biased scores: a local top-2, merged over the group's 4 lanes with
+      xor shuffles; the group score is their sum;
+   c. the top 4 groups: every lane ranks its group against the 8 group scores (shuffled from the
+      first lane of each group; ties go to the lower group index, like a stable sort);
+   d. the top 8 biased scores among the kept groups: 8 rounds of a warp-wide arg-max (value, then
+      lower index) carried through xor shuffles together with the unbiased score; the winner is
+      struck out and its index written;
+   e. weights = score / (sum of the 8 scores + 1e-20) * routed_scaling_factor.
 
 Numerics: sigmoid is 1 / (1 + exp(-x)) with a precise exp and a Newton-refined division (NVRTC
 compiles with --use_fast_math, which would make ``T.exp`` and ``/`` approximate); the selections
-only depend on orderings that make_inputs keeps at least 1e-4 apart.
+only depend on orderings that make_inputs keeps at least 1e-4 apart, far above the logits'
+summation error (a few 1e-6).
 """
 
 import torch
@@ -24,6 +42,15 @@ import tvm
 from tvm.script import tirx as T
 
 EXPERTS, GROUPS, TOPK_GROUPS, TOPK = 256, 8, 4, 8
+BM = 128  # GEMM tile: tokens
+BN = 128  # GEMM tile: experts
+BK = 32  # K slice
+GEMM_THREADS = 256
+MMA = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+KW = BK // 2  # 32-bit words (bf16 pairs) per row of one K slice
+PADW = 20  # shared-memory row stride in words (16 + 4 keeps the fragment reads conflict-free)
+# The graded workload (the problem's make_inputs defaults).
+WORKLOAD = dict(tokens=16384, hidden=4096)
 PER_LANE = EXPERTS // 32
 LANES_PER_GROUP = EXPERTS // GROUPS // PER_LANE
 WARPS = 4
@@ -177,14 +204,108 @@ def _route_kernel():
     return mkb_group_topk_route
 
 
-def _build(arch):
-    """Compile (once per arch) and return the tvm Executable."""
-    if arch not in _EXES:
+def _gemm_kernel(hidden):
+    """L[m, e] = sum_k X[m, k] W[e, k] in fp32 for all 256 experts (tokens m symbolic).
+
+    X and W are bf16 given as 32-bit words of bf16 pairs (X32 [m, hidden / 2], W32 [256,
+    hidden / 2]); hidden is a multiple of 32.
+    """
+    k_tiles = hidden // BK
+    tiles_n = EXPERTS // BN
+
+    @T.prim_func
+    def mkb_router_gemm(x_h: T.handle, w_h: T.handle, l_h: T.handle):
+        m = T.int32()
+        X32 = T.match_buffer(x_h, (m, hidden // 2), "uint32")
+        W32 = T.match_buffer(w_h, (EXPERTS, hidden // 2), "uint32")
+        L = T.match_buffer(l_h, (m, EXPERTS), "float32")
+        T.device_entry()
+        cta = T.cta_id([T.ceildiv(m, BM) * tiles_n])
+        tx = T.thread_id([GEMM_THREADS])
+        a_s = T.alloc_buffer((2, BM, PADW), "uint32", scope="shared")
+        b_s = T.alloc_buffer((2, BN, PADW), "uint32", scope="shared")
+        acc = T.alloc_buffer((64,), "float32", scope="local")
+        part = T.alloc_buffer((4,), "float32", scope="local")
+        af = T.alloc_buffer((16,), "uint32", scope="local")
+        bfr = T.alloc_buffer((4,), "uint32", scope="local")
+        ra = T.alloc_buffer((8,), "uint32", scope="local")
+        rb = T.alloc_buffer((8,), "uint32", scope="local")
+        row0: T.let = (cta // tiles_n) * BM
+        col0: T.let = (cta % tiles_n) * BN
+        warp: T.let = tx // 32
+        lane: T.let = tx % 32
+        g: T.let = lane // 4
+        t: T.let = lane % 4
+        wm: T.let = (warp % 4) * 32
+        wn: T.let = (warp // 4) * 64
+        lrow: T.let = tx // 2
+        lw: T.let = (tx % 2) * 8
+        arow: T.let = T.min(row0 + lrow, m - 1)  # rows past the last token repeat it, unstored
+        for i in T.unroll(64):
+            acc[i] = T.float32(0.0)
+        for c in T.unroll(2):
+            for j in T.vectorized(4):
+                ra[c * 4 + j] = X32[arow, lw + c * 4 + j]
+            for j in T.vectorized(4):
+                rb[c * 4 + j] = W32[col0 + lrow, lw + c * 4 + j]
+        for j in T.unroll(8):
+            a_s[0, lrow, lw + j] = ra[j]
+            b_s[0, lrow, lw + j] = rb[j]
+        T.cuda.cta_sync()
+        for kt in range(k_tiles):
+            st: T.let = kt % 2
+            if kt + 1 < k_tiles:  # the next slice's loads fly while this one is multiplied
+                for c in T.unroll(2):
+                    for j in T.vectorized(4):
+                        ra[c * 4 + j] = X32[arow, (kt + 1) * KW + lw + c * 4 + j]
+                    for j in T.vectorized(4):
+                        rb[c * 4 + j] = W32[col0 + lrow, (kt + 1) * KW + lw + c * 4 + j]
+            # A fragments of both 16-wide halves of the slice: rows g / g + 8 x words t / t + 4
+            for ks in T.unroll(2):
+                for mi in T.unroll(2):
+                    for h in T.unroll(2):
+                        for q in T.unroll(2):
+                            af[ks * 8 + mi * 4 + q * 2 + h] = a_s[st, wm + mi * 16 + h * 8 + g,
+                                                                  ks * 8 + q * 4 + t]
+            for ni in T.unroll(8):
+                for ks in T.unroll(2):
+                    for q in T.unroll(2):  # B fragment: expert row g, words t / t + 4
+                        bfr[ks * 2 + q] = b_s[st, wn + ni * 8 + g, ks * 8 + q * 4 + t]
+                for mi in T.unroll(2):
+                    for i in T.unroll(4):
+                        part[i] = T.float32(0.0)
+                    for ks in T.unroll(2):  # the slice's sum, from zero
+                        T.ptx[MMA](part[0], part[1], part[2], part[3], af[ks * 8 + mi * 4],
+                                   af[ks * 8 + mi * 4 + 1], af[ks * 8 + mi * 4 + 2],
+                                   af[ks * 8 + mi * 4 + 3], bfr[ks * 2], bfr[ks * 2 + 1],
+                                   part[0], part[1], part[2], part[3])
+                    for i in T.unroll(4):  # round-to-nearest add into the running sums
+                        acc[mi * 32 + ni * 4 + i] = acc[mi * 32 + ni * 4 + i] + part[i]
+            if kt + 1 < k_tiles:  # the other stage was last read before the previous barrier
+                for j in T.unroll(8):
+                    a_s[1 - st, lrow, lw + j] = ra[j]
+                    b_s[1 - st, lrow, lw + j] = rb[j]
+            T.cuda.cta_sync()
+        for mi in T.unroll(2):
+            for h in T.unroll(2):
+                row: T.let = row0 + wm + mi * 16 + h * 8 + g
+                if row < m:
+                    for ni in T.unroll(8):
+                        for c in T.unroll(2):  # accumulators 2h, 2h + 1: row g (+ 8), columns 2t, 2t + 1
+                            L[row, col0 + wn + ni * 8 + 2 * t + c] = acc[mi * 32 + ni * 4 + 2 * h + c]
+
+    return mkb_router_gemm
+
+
+def _build(kind, hidden, arch):
+    """Compile one kernel once per (kind, K, arch) and return the tvm Executable."""
+    key = (kind, hidden, arch)
+    if key not in _EXES:
         target = tvm.target.Target({"kind": "cuda", "arch": arch})
+        func = _gemm_kernel(hidden) if kind == "gemm" else _route_kernel()
         with target:
-            _EXES[arch] = tvm.compile(tvm.IRModule({"main": _route_kernel()}), target=target,
-                                      tir_pipeline="tirx")
-    return _EXES[arch]
+            _EXES[key] = tvm.compile(tvm.IRModule({"main": func}), target=target, tir_pipeline="tirx")
+    return _EXES[key]
 
 
 def _device_arch():
@@ -196,23 +317,28 @@ def _device_arch():
     return _ARCHS[device]
 
 
-def _kernel_fn():
-    arch = _device_arch()
-    if arch not in _FNS:
-        _FNS[arch] = _build(arch).mod["main"]
-    return _FNS[arch]
+def _kernel_fn(kind, hidden=0):
+    key = (kind, hidden, _device_arch())
+    if key not in _FNS:
+        _FNS[key] = _build(*key).mod["main"]
+    return _FNS[key]
 
 
 def solve(hidden_states, weight, expert_bias, routed_scaling_factor):
     if weight.shape[0] != EXPERTS:
         raise ValueError(f"this kernel is written for {EXPERTS} experts")
-    logits = (hidden_states.float() @ weight.float().T).contiguous()
-    tokens = logits.shape[0]
-    topk_idx = torch.empty(tokens, TOPK, dtype=torch.int64, device=logits.device)
-    topk_weight = torch.empty(tokens, TOPK, dtype=torch.float32, device=logits.device)
+    tokens, hidden = hidden_states.shape
+    if hidden % BK:
+        raise ValueError(f"hidden must be a multiple of {BK}")
+    dev = hidden_states.device
+    topk_idx = torch.empty(tokens, TOPK, dtype=torch.int64, device=dev)
+    topk_weight = torch.empty(tokens, TOPK, dtype=torch.float32, device=dev)
     if tokens > 0:
-        _kernel_fn()(logits, expert_bias.contiguous(), topk_idx, topk_weight,
-                     float(routed_scaling_factor))
+        logits = torch.empty(tokens, EXPERTS, dtype=torch.float32, device=dev)
+        _kernel_fn("gemm", hidden)(hidden_states.contiguous().view(torch.uint32),
+                                   weight.contiguous().view(torch.uint32), logits)
+        _kernel_fn("route")(logits, expert_bias.contiguous(), topk_idx, topk_weight,
+                            float(routed_scaling_factor))
     return topk_idx, topk_weight
 
 
@@ -228,10 +354,13 @@ def _symbols(source):
     return names
 
 
-def kernel_sources(arch="sm_90a"):
-    """{kernel symbol: generated CUDA source} for this file's kernels."""
-    source = _build(arch).mod.imports[0].inspect_source()
-    return {name: source for name in _symbols(source)}
+def kernel_sources(arch="sm_90a", hidden=WORKLOAD["hidden"]):
+    """{kernel symbol: generated CUDA source} for this file's kernels, the GEMM at the graded K."""
+    sources = {}
+    for kind, k in (("gemm", hidden), ("route", 0)):
+        source = _build(kind, k, arch).mod.imports[0].inspect_source()
+        sources.update({name: source for name in _symbols(source)})
+    return sources
 
 
 def precompile(arch="sm_90a"):

@@ -44,8 +44,8 @@ SYMBOLS = {
     "25": ["mkb_kv_block_copy_kernel"],
     "28": ["mkb_fused_add_rmsnorm_kernel"],
     "36": ["mkb_rmsnorm_rows_kernel"],
-    "49": ["mkb_group_topk_route_kernel"],
-    "60": ["mkb_nvfp4_decode_kernel"],
+    "49": ["mkb_router_gemm_kernel", "mkb_group_topk_route_kernel"],
+    "60": ["mkb_nvfp4_gemm_kernel"],
     "66": ["mkb_wkv4_kernel"],
 }
 PRECISE_EXP = ("02", "49", "66")  # these must not use the fast-math expf
@@ -81,7 +81,7 @@ def test_kernel_is_a_cuda_entry_point(pid):
 
 @pytest.mark.parametrize("pid", PRECISE_EXP)
 def test_no_fast_math_exp(pid):
-    (source,) = oracle(pid).kernel_sources("sm_90a").values()
+    source = list(oracle(pid).kernel_sources("sm_90a").values())[-1]  # 49: the routing kernel
     assert "expf(" not in source and "exp2f(" not in source
     assert "0x1.62e4p-1f" in source  # the split ln 2 of exp_precise's range reduction
 
@@ -112,9 +112,26 @@ def test_paged_decode_reduces_in_warps_and_merges_in_shared_memory():
 
 
 def test_routing_uses_warp_shuffles():
-    (source,) = oracle("49").kernel_sources("sm_90a").values()
+    source = oracle("49").kernel_sources("sm_90a")["mkb_group_topk_route_kernel"]
     assert source.count("__shfl_xor_sync(") >= 2 + 8 * 5 * 3  # group top-2, then 8 arg-max rounds
     assert "topk_idx_ptr[" in source and "int64_t" in source
+
+
+MMA_BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+
+
+def _split_accumulation(body):
+    """Each 32-wide K slice: two mma's into zeroed registers, then round-to-nearest adds."""
+    return (body.count(f"tvm_builtin_ptx_{MMA_BF16.replace('.', '_')}(part_ptr[0]") == 32
+            and "acc_ptr[0] = (acc_ptr[0] + part_ptr[0]);" in body)
+
+
+def test_router_gemm_runs_on_the_tensor_cores_with_split_accumulation():
+    source = oracle("49").kernel_sources("sm_90a")["mkb_router_gemm_kernel"]
+    body = source[source.index("mkb_router_gemm_kernel(float"):]
+    assert MMA_BF16 in source and _split_accumulation(body)
+    assert "*(uint4*)(X32_ptr" in body and "*(uint4*)(W32_ptr" in body  # 16-byte operand loads
+    assert "for (int kt = 0; kt < 128; ++kt)" in body  # K = 4096 in slices of 32
 
 
 def test_block_copy_moves_16_byte_vectors_and_has_a_byte_fallback():
@@ -178,10 +195,43 @@ def test_cache_gather_reads_bytes_and_writes_fp32_vectors():
     assert "float4" not in scalar
 
 
-def test_nvfp4_decode_reads_packed_bytes_and_writes_fp32():
+def test_nvfp4_gemm_decodes_packed_operands_in_its_load():
     (source,) = oracle("60").kernel_sources("sm_90a").values()
-    assert "uchar* __restrict__ codes_ptr" in source and "uchar* __restrict__ scales_ptr" in source
-    assert "float* __restrict__ out_ptr" in source and "float global_scale" in source
+    body = source[source.index("mkb_nvfp4_gemm_kernel(uint"):]
+    assert "uchar* __restrict__ SA_ptr" in body and "uchar* __restrict__ SB_ptr" in body
+    assert "*(uint2*)(A32_ptr" in body and "*(uint2*)(B32_ptr" in body  # 8 packed bytes per thread
+    assert "__shared__ alignas(64) uint lut_ptr[256]" in body and "float gs" in body
+    assert MMA_BF16 in source and _split_accumulation(body)
+    assert "for (int kt = 0; kt < 60; ++kt)" in body  # K = 1920 in slices of 32
+
+
+def test_nvfp4_pair_decode_is_exact_for_every_byte_and_scale():
+    """The GEMM's decode (byte -> bf16 pair table, times the e4m3 scale, narrowed by truncation),
+    built for the CPU: every packed byte under every finite scale, bit for bit against torch."""
+    module = oracle("60")
+
+    @T.prim_func
+    def decode(c_h: T.handle, s_h: T.handle, o_h: T.handle):
+        n = T.int32()
+        codes = T.match_buffer(c_h, (n,), "uint8")
+        scales = T.match_buffer(s_h, (n,), "uint8")
+        out = T.match_buffer(o_h, (n,), "uint32")
+        for i in range(n):
+            out[i] = module.scale_pair(module.e2m1_pair_bits(T.int32(codes[i])),
+                                       module.e4m3_to_f32(T.int32(scales[i])))
+
+    exe = tvm.compile(tvm.IRModule({"main": decode}), target=tvm.target.Target("llvm"), tir_pipeline="tirx")
+    scale_bytes = torch.arange(256, dtype=torch.uint8)
+    scale_bytes = scale_bytes[~scale_bytes.view(torch.float8_e4m3fn).float().isnan()]
+    codes = torch.arange(256, dtype=torch.uint8).repeat(len(scale_bytes))
+    scales = scale_bytes.repeat_interleave(256)
+    out = np.zeros(codes.shape, dtype=np.uint32)
+    exe.mod["main"](codes.numpy(), scales.numpy(), out)
+    got = torch.from_numpy(out.view(np.int32)).view(torch.bfloat16).view(-1, 2).float()
+    table = torch.tensor((0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0))
+    nibbles = torch.stack([codes & 15, codes >> 4], dim=-1).long()
+    want = table[nibbles & 7] * (1 - 2 * (nibbles >> 3)) * scales.view(torch.float8_e4m3fn).float()[:, None]
+    assert torch.equal(got, want) and torch.equal(got.signbit(), want.signbit())
 
 
 def test_wkv_walks_the_sequence_in_one_thread():
