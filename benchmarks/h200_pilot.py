@@ -120,13 +120,13 @@ def run_controls(config, results, workdir: Path, parallel: int):
                              parallel=parallel))
 
 
-def run_exploits(config, results, parallel: int):
+def run_exploits(config, results, parallel: int, only: set[str] | None = None):
     manifest = REPO_ROOT / "tests" / "exploits" / "manifest.toml"
     if not manifest.exists():
         return
     items = {}
     for item in tomllib.loads(manifest.read_text()).get("exploit", []):
-        if item.get("device") == "cuda":
+        if item.get("device") == "cuda" and (not only or item["file"] in only):
             items[str(manifest.parent / item["file"])] = item
     jobs = [(item["problem"], path, item["dsl"], config) for path, item in items.items()]
     for job, result in _run_pool(jobs, parallel):
@@ -146,6 +146,8 @@ def main() -> None:
                         help="an earlier record whose entries this run keeps unless it re-grades them")
     parser.add_argument("--oracles", default="", help="grade only these oracles: NN (both DSLs) or NN_dsl, "
                                                       "comma-separated (default: every oracle)")
+    parser.add_argument("--exploit-files", default="", help="grade only these exploit files (comma-separated "
+                                                            "names from tests/exploits/manifest.toml)")
     parser.add_argument("--quick-rejections", action="store_true",
                         help="reduced counts for controls and exploits only (they are judged on verdicts)")
     args = parser.parse_args()
@@ -162,7 +164,7 @@ def main() -> None:
         if "controls" in parts:
             run_controls(reject_config, results, Path(tmp), args.parallel)
         if "exploits" in parts:
-            run_exploits(reject_config, results, args.parallel)
+            run_exploits(reject_config, results, args.parallel, {f for f in args.exploit_files.split(",") if f} or None)
     commands = [" ".join([Path(sys.executable).name, *sys.argv])]
     configs = {}
     if args.merge and args.merge.exists():
