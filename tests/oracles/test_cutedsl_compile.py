@@ -12,8 +12,10 @@ Correctness and timing need the GPU and are run there.
 from __future__ import annotations
 
 import inspect
+import re
 
 import pytest
+import torch
 
 pytest.importorskip("cutlass.cute")
 
@@ -52,12 +54,15 @@ EXPECTED = {
         ["ld.global.v4.b32", "st.global.v4.b32", "shfl.sync.bfly.b32", "rsqrt.approx.f32", "cvt.rn.bf16x2.f32"],
     ),
     "49_group_limited_topk_routing_ringflash_bf16": (
-        ["group_topk_route_kernel"],
-        ["shfl.sync.bfly.b32", "shfl.sync.idx.b32", "rcp.rn.f32", "div.rn.f32", "st.global.b64"],
+        ["router_gemm_kernel", "group_topk_route_kernel"],
+        ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+         "cp.async.cg.shared.global", "shfl.sync.bfly.b32", "shfl.sync.idx.b32", "rcp.rn.f32", "div.rn.f32",
+         "st.global.b64"],
     ),
     "60_mamba2_output_projection_nemotron_nvfp4": (
-        ["nvfp4_decode_kernel", "nvfp4_decode_kernel"],
-        ["st.global.v4.b32", "cvt.rn.f32.u32"],
+        ["nvfp4_gemm_kernel"],
+        ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+         "ld.global.v2.b32", "st.shared.v4.b32", "cvt.rn.bf16x2.f32", "cvt.rn.f32.u32"],
     ),
     "66_wkv_time_decay_stabilization_rwkv4_fp32": (
         ["wkv_forward_kernel"],
@@ -107,3 +112,34 @@ def test_cutedsl_dsl_copy_is_self_contained():
     imports = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
     assert imports and all(line.split()[1].split(".")[0] in {"torch", "cuda", "cutlass"} for line in imports)
     assert callable(_load("_dsl_copy").dsl_copy)
+
+
+@pytest.mark.parametrize("stem", ["49_group_limited_topk_routing_ringflash_bf16",
+                                  "60_mamba2_output_projection_nemotron_nvfp4"])
+def test_gemm_sums_each_k_slice_from_zero(stem, tmp_path):
+    """The tensor core truncates its running sum: per 32-wide K slice, each warp's 16 m16n8 tiles
+    start from zero (two mma's each), and the 64 slice sums are added with round-to-nearest adds."""
+    kernels, fragments = EXPECTED[stem]
+    ptx = check_cutedsl_compiles(stem, kernels, fragments, tmp_path)
+    assert ptx.count("mma.sync.aligned.m16n8k16") == 32
+    from_zero = re.findall(r"mma\.sync[^;]*\{(%r\d+), \1, \1, \1\};", ptx)
+    assert len(from_zero) == 16
+    assert ptx.count("add.f32") >= 64
+
+
+def test_nvfp4_decode_arithmetic_is_exact_for_every_byte_and_scale():
+    """The GEMM's decode, its arithmetic replayed in fp32: twice the E2M1 magnitude from the nibble
+    table, times +-(block scale / 2); every packed byte under every finite e4m3 scale, bit for bit
+    against the problem's decode (signed zeros included)."""
+    table = _load("60_mamba2_output_projection_nemotron_nvfp4")._TWICE_E2M1
+    scale_bytes = torch.arange(256, dtype=torch.uint8)
+    scale_values = scale_bytes.view(torch.float8_e4m3fn).float()
+    scale_values = scale_values[~scale_values.isnan()]
+    codes = torch.arange(16, dtype=torch.int64)
+    twice = ((table >> ((codes & 7) * 4)) & 15).to(torch.float32)
+    half = scale_values[:, None] * 0.5
+    got = twice[None, :] * torch.where(codes[None, :] >= 8, -half, half)
+    values = torch.tensor((0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0))
+    want = (values[codes & 7] * (1 - 2 * (codes >> 3)))[None, :] * scale_values[:, None]
+    assert torch.equal(got, want) and torch.equal(got.signbit(), want.signbit())
+    assert torch.equal(got.to(torch.bfloat16).float(), got)  # the narrowing to bf16 is exact
