@@ -12,7 +12,9 @@ host hits both alike:
 - ``done_copy``: the same with the grader's own copy of the outputs at DONE (the worker describes
   its outputs before DONE on the CPU; the grader stops it, copies, resumes it).
 
-Per variant it prints the median span (the grader's clock: what a grade uses), the median wall time
+Per variant it prints the median span (the grader's clock: what a grade uses), the worker's own
+stopwatch from GO to the end of its device synchronise (before it describes its outputs and rings
+DONE), the median wall time
 of the whole call as the grader sees it, and the grader's own time to write a draw into the input
 buffers (``stage.fill``, before GO, outside the span). Differences of the span between the variants
 are what a defence adds inside the timed window; differences of the wall time are what it adds to a
@@ -78,7 +80,8 @@ def main() -> int:
         ev.await_candidate()
         for _ in range(3):  # compile and warm
             ev.call(ev.candidate, ev.draw(ev.seed()), snapshot=True, send_outputs=True)
-        figures: dict[str, dict[str, list[float]]] = {v: {"span_us": [], "wall_us": []} for v in ("plain", "done_copy")}
+        figures: dict[str, dict[str, list[float]]] = {v: {"span_us": [], "worker_us": [], "wall_us": []}
+                                                      for v in ("plain", "done_copy")}
         fills.clear()
         for _ in range(args.calls):
             for variant in ("plain", "done_copy"):
@@ -87,6 +90,7 @@ def main() -> int:
                 call = ev.call(ev.candidate, draw, snapshot=variant == "done_copy", light_checks=True)
                 figures[variant]["wall_us"].append((time.perf_counter_ns() - at) / 1e3)
                 figures[variant]["span_us"].append(call.span_ns / 1e3)
+                figures[variant]["worker_us"].append(call.result.elapsed_ns / 1e3)
     finally:
         stage_mod.InputStage.fill = original_fill
         close_quietly(started)

@@ -135,7 +135,10 @@ def _foreign_native(loaded: list[str]) -> str:
 
 
 def _extent(t: torch.Tensor) -> tuple[int, int]:
-    """(address, bytes) of the memory a tensor's elements span, as the grader reads it at DONE."""
+    """(address, bytes) of the memory a tensor's elements span, as the grader reads it at DONE (in the
+    timed window: a contiguous tensor, the usual output, costs four C calls)."""
+    if t.is_contiguous():
+        return t.data_ptr(), t.nbytes
     if t.numel() == 0:
         return t.data_ptr(), 0
     last = sum((size - 1) * step for size, step in zip(t.shape, t.stride(), strict=True))
@@ -391,7 +394,10 @@ class Worker:
             outputs, malformed = None, None
             if req.publish_outputs:
                 try:
-                    outputs = self._as_outputs(returned)
+                    if self.setup.num_outputs == 1 and type(returned) is torch.Tensor:
+                        outputs = (returned,)  # the common case, checked without a call
+                    else:
+                        outputs = self._as_outputs(returned)
                     bell.publish_outputs([_extent(o) for o in outputs])
                 except CallFailed as exc:
                     malformed = exc
