@@ -19,14 +19,7 @@ import json
 import torch
 from independent_loop import load  # the plain loader of the independent stopwatch, beside this file
 
-CUTE_PREFIX = "kernel_cutlass_"
-
-
-def is_dsl_kernel(name: str, dsl: str, symbols: set[str]) -> bool:
-    """Whether a device kernel of this name is one of the oracle's own DSL kernels."""
-    if dsl == "cutedsl":
-        return name.startswith(CUTE_PREFIX)
-    return name in symbols or name.split("(")[0] in symbols
+from metakernelbench.verifier.provenance import is_dsl_kernel  # the grader's own classification
 
 
 def dsl_share(kernel_us: dict[str, float], dsl: str, symbols: set[str]) -> dict:

@@ -20,11 +20,14 @@ class DeviceTools:
     cudart: object | None = None
 
     @classmethod
-    def create(cls, device: torch.device) -> DeviceTools:
+    def create(cls, device: torch.device, flush: bool = True) -> DeviceTools:
+        """``flush``: allocate the L2 flush buffer (the grader's input stage flushes before each call;
+        a worker, which no longer flushes itself, passes False and keeps the GPU memory)."""
         tools = cls(device)
         if device.type == "cuda":
             l2 = torch.cuda.get_device_properties(device).L2_cache_size
-            tools.flush_buffer = torch.empty(max(2 * l2, 8 << 20), dtype=torch.uint8, device=device)
+            if flush:
+                tools.flush_buffer = torch.empty(max(2 * l2, 8 << 20), dtype=torch.uint8, device=device)
             try:
                 from cuda.bindings import runtime as cudart
 

@@ -81,7 +81,7 @@ class Evaluation:
         self.rng = SystemRandom()
         self.launch_sites: list[str] = []
         self.kernel_names: dict[str, list[str]] = {}  # launch site -> the kernel symbols it runs
-        self._stages: dict[int, InputStage] = {}
+        self._stages: dict[WorkerHandle, InputStage] = {}  # each worker's input buffers
         self._gpu: GpuProcesses | None = None
 
     @property
@@ -182,12 +182,9 @@ class Evaluation:
             time.sleep(0.25)
 
     def stage_for(self, handle: WorkerHandle) -> InputStage:
-        stage = self._stages.get(id(handle))
-        if stage is None or stage.owner is not handle:
-            stage = InputStage(self.device)
-            stage.owner = handle
-            self._stages[id(handle)] = stage
-        return stage
+        if handle not in self._stages:  # a restarted worker is a new handle: it gets new buffers
+            self._stages[handle] = InputStage(self.device)
+        return self._stages[handle]
 
     def call(self, handle: WorkerHandle, draw: tuple, snapshot: bool = False, **flags) -> Call:
         """One call of ``draw``, timed by the grader's clock; ``snapshot``: take the grader's own copy

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from .device import DeviceTools
+
 
 def _layout(draw: tuple) -> tuple:
     """What must match for a draw to reuse the buffers: per input, its tensor layout and the storage it
@@ -42,14 +44,10 @@ class InputStage:
 
     def __init__(self, device: torch.device):
         self.device = device
-        self.owner: object = None  # the worker handle these buffers were sent to
         self.layout: tuple | None = None
         self.views: tuple = ()
         self.pairs: list[tuple[int, torch.UntypedStorage]] = []  # (draw input index, its buffer's storage)
-        self._flush: torch.Tensor | None = None
-        if device.type == "cuda":
-            l2 = torch.cuda.get_device_properties(device).L2_cache_size
-            self._flush = torch.empty(max(2 * l2, 8 << 20), dtype=torch.uint8, device=device)
+        self._tools = DeviceTools.create(device)  # the L2 flush and the device-wide sync
 
     def prepare(self, draw: tuple) -> tuple | None:
         """The buffers to send with this request (None: the worker's last ones fit this draw)."""
@@ -86,9 +84,8 @@ class InputStage:
         """Write the draw into the buffers, evict the L2 and wait for the device (after READY)."""
         for i, storage in self.pairs:
             storage.copy_(draw[i].untyped_storage())
-        if self._flush is not None:
-            self._flush.bitwise_not_()
-            torch.cuda.synchronize(self.device)
+        self._tools.cold_l2()
+        self._tools.sync()
 
     def inputs(self, draw: tuple) -> tuple:
         """The call's inputs as the grader sees them afterwards: the buffers (in-place results, and
