@@ -8,8 +8,9 @@ For each oracle file under ``oracles/<family>/`` (or those ``--only`` names: a t
 the file by ``metakernelbench.verifier.judge.final`` -- the module the task's ``tests/test.sh`` runs
 in Harbor's verifier phase -- with a final-scope token, and the resulting ``grade.json`` and
 ``reward.json`` give status, kernel_ms, eager_ms and speedup; ``grading_s`` is that client's wall
-time. Then ``dsl_share.py`` profiles the oracle in a separate plain process (torch profiler) and
-gives the share of GPU kernel time spent in the oracle's own DSL kernels, with every kernel listed.
+time. The DSL share is the grader's own (``provenance.dsl_share``: one profiled call inside the
+grading, every kernel listed, in ``grade.json``); ``--separate-share`` also profiles the oracle in a
+separate plain process (``dsl_share.py``, torch profiler) as an independent check of that figure.
 
 The record holds the command, commit, device and date of each run, the tasks and oracle files that
 existed, and one entry per task (``--merge`` keeps entries of an earlier record that this run did not
@@ -40,6 +41,7 @@ from h200_judge import _device_name, _git_commit, start_judge  # noqa: E402
 from metakernelbench.problems import find_problem, oracle_files, problem_paths  # noqa: E402
 
 DSLS = ("cutedsl", "tirx")
+SHARE_DETAIL = ("dsl_us", "total_us", "kernels", "source", "calls", "note", "error")
 
 
 def task_keys(task: str, family: str | None = None) -> set[str]:
@@ -95,14 +97,14 @@ def shown(kernel: Path) -> str:
 
 
 def entry(task: str, family: str, dsl: str, kernel: Path, grade: dict, reward: dict, wall: float,
-          measured: dict, run_index: int) -> dict:
-    return {"task": task, "family": family, "dsl": dsl, "kernel": shown(kernel),
+          measured: dict, run_index: int, separate: dict | None = None) -> dict:
+    extra = {"separate_share": separate} if separate is not None else {}
+    return {**extra,"task": task, "family": family, "dsl": dsl, "kernel": shown(kernel),
             "status": grade.get("status"), "kernel_ms": grade.get("kernel_ms"), "eager_ms": grade.get("eager_ms"),
             "speedup": grade.get("speedup"), "reward": reward.get("reward"), "infra_error": reward.get("infra_error"),
             "dsl_share": measured.get("dsl_share"), "grading_s": round(wall, 2), "message": grade.get("message"),
-            "share_detail": {k: measured.get(k) for k in ("dsl_us", "total_us", "kernels", "calls", "note", "error")
-                             if measured.get(k) is not None},
-            "run": run_index}
+            "share_detail": {k: measured.get(k) for k in SHARE_DETAIL if measured.get(k) is not None},
+            "stages_s": grade.get("stages_s"), "run": run_index}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kernel", action="append", default=[], metavar="TASK=FILE", help="grade FILE for TASK")
     p.add_argument("--timeout", type=float, default=1500.0, help="seconds per final grade")
     p.add_argument("--merge", action="store_true", help="keep entries of an existing --out not re-measured")
+    p.add_argument("--separate-share", action="store_true",
+                   help="also measure the DSL share in a separate plain process (dsl_share.py)")
     args = p.parse_args(argv)
     command = "python3 benchmarks/h200_oracles.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     only = {k.strip() for k in args.only.split(",") if k.strip()} or None
@@ -146,8 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         for task, family, dsl, kernel in selected(only, overrides):
             token = admin.request("POST", "/v1/tokens", {"scope": "final", "label": f"oracle-{task}"})["token"]
             grade, reward, wall = final_grade(url, token, task, kernel, args.timeout)
-            measured = share(task, dsl, kernel, args.device)
-            entries[task] = entry(task, family, dsl, kernel, grade, reward, wall, measured, len(record["runs"]) - 1)
+            measured = grade.get("dsl_share") or {}
+            separate = share(task, dsl, kernel, args.device) if args.separate_share else None
+            entries[task] = entry(task, family, dsl, kernel, grade, reward, wall, measured, len(record["runs"]) - 1,
+                                  separate)
             print(f"{task}: {grade.get('status')} speedup={grade.get('speedup')} "
                   f"dsl_share={measured.get('dsl_share')} grading={wall:.1f}s", flush=True)
             save()

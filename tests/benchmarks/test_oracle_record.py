@@ -91,7 +91,9 @@ def test_cpu_run_records_the_final_grade_of_each_oracle(tmp_path):
     (entry,) = record["entries"]
     assert set(SCHEMA) <= set(entry)
     assert entry["task"] == TASK28 and entry["status"] == "PASSED" and entry["speedup"] > 0
-    assert entry["dsl_share"] is None and entry["share_detail"]["note"].startswith("no CUDA")
+    # the grader's own DSL share (its CPU stand-in here), with the kernels it counted
+    assert entry["dsl_share"] >= 0.5 and entry["share_detail"]["source"].startswith("CPU")
+    assert entry["share_detail"]["kernels"] and "separate_share" not in entry
 
 
 @pytest.mark.slow
