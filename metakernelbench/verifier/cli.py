@@ -5,12 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
-from metakernelbench.problems import PROBLEMS_DIR, ProblemError, find_problem, problem_paths
-
-from .grader import GradeConfig, grade
-from .report import render_report
+# torch, the problem loader and the grader are imported inside the command: `mkb grade --help` answers at once
 
 
 def _fail(message: str) -> None:
@@ -21,6 +17,8 @@ def _fail(message: str) -> None:
 
 def _near(key: str) -> str:
     import difflib
+
+    from metakernelbench.problems import PROBLEMS_DIR, problem_paths
 
     stems = [p.stem for p in problem_paths(PROBLEMS_DIR)]
     close = difflib.get_close_matches(key, stems, n=3, cutoff=0.3) or \
@@ -54,6 +52,13 @@ def grade_command(
     small: bool = typer.Option(False, "--small", help="grade at the problem's small workload (tests)"),
 ) -> None:
     """Grade KERNEL against PROBLEM."""
+    from rich.console import Console
+
+    from metakernelbench.problems import ProblemError, find_problem
+
+    from .grader import GradeConfig, grade
+    from .report import render_report
+
     if dsl not in ("cutedsl", "tirx"):
         _fail(f"--dsl must be cutedsl or tirx, not {dsl!r}")
     if not kernel.is_file():
