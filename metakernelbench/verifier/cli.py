@@ -49,9 +49,14 @@ def grade_command(
     device: str = typer.Option(None, "--device", help="cuda (default when present) or cpu"),
     reward_dir: Path = typer.Option(None, "--reward-dir", help="write grade.json and reward.json here"),
     json_out: bool = typer.Option(False, "--json", help="print the full result as JSON"),
-    small: bool = typer.Option(False, "--small", help="grade at the problem's small workload (tests)"),
+    small: bool = typer.Option(False, "--small", help="grade at the problem's SMALL_WORKLOAD instead of the upstream "
+                               "one, every check the same (for CPUs and tests: its speedup says little about the "
+                               "real size)"),
 ) -> None:
-    """Grade KERNEL against PROBLEM."""
+    """Grade KERNEL (a file defining solve) against PROBLEM and print the report; exit 0 when it passed.
+
+    Without a GPU: a TIRx kernel built for the CPU (llvm), --device cpu --small (tests/fixtures/kernels/).
+    """
     from rich.console import Console
 
     from metakernelbench.problems import ProblemError, find_problem
