@@ -1,9 +1,9 @@
-"""The judge on the GPU machine: two concurrent sandbox clients and one final grade, timed.
+"""The judge on a GPU host: two concurrent sandbox clients and one final grade, timed.
 
-Run from the repository root on the lent H200 (see ``h200_env.sh``; Harbor is not installed there
-and the judge does not need it):
+Run from the repository root on an H200 host (see ``h200_env.sh``; the judge does not need Harbor,
+so a host set up from scripts/offline-bundle.sh, which leaves it out, runs this too):
 
-    source benchmarks/h200_env.sh && python3 benchmarks/h200_judge.py --out $OUT/judge.json
+    source benchmarks/h200_env.sh && python3 benchmarks/h200_judge.py --out judge.json
 
 It starts a judge locally (``python -m metakernelbench.verifier.judge serve``, subprocess
 isolation, one device), registers two attempts the way the no-Docker Harbor environment does, and

@@ -53,8 +53,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from metakernelbench.problem_kit import captured_path
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The problems tree: the repository's own, or another one named by MKB_PROBLEMS_DIR (a copy with an
 # added problem, as the add-a-problem test builds; tools take an explicit root as well).
@@ -178,6 +176,8 @@ class Problem:
     @property
     def captured_file(self) -> Path | None:
         """The problem's captured values beside it (``<stem>.captured.json``), when it has them."""
+        from metakernelbench.problem_kit import captured_path  # imports torch: only when asked
+
         path = captured_path(self.spec.path)
         return path if path.is_file() else None
 
@@ -189,6 +189,8 @@ class Problem:
 
 def source_digest(problem_file: Path) -> str:
     """sha256 of a problem file followed by its captured-values file, if any (one digest for both)."""
+    from metakernelbench.problem_kit import captured_path  # imports torch: only when asked
+
     digest = hashlib.sha256(Path(problem_file).read_bytes())
     sidecar = captured_path(problem_file)
     if sidecar.is_file():

@@ -9,14 +9,9 @@ from typing import Annotated
 
 import typer
 
+# Only light modules here: Harbor, LiteLLM and the report's dependencies are imported inside the
+# commands, so that `mkb <command> --help` answers at once.
 from .annotation_models import LAYERS
-from .arms import ArmsError, ArmsOptions, plan_arms
-from .collect import collect, read_attempts
-from .compare import compare
-from .hygiene import check_skill
-from .models import DIRECTIONS, DSLS
-from .report import write_report
-from .tables import render_tables
 
 
 def _parse_kwargs(pairs: list[str]) -> dict[str, object]:
@@ -36,15 +31,20 @@ def arms(
     model: Annotated[str, typer.Option(help="Model as the agent names it, e.g. provider/name.")],
     tasks_dir: Annotated[Path, typer.Option(help="Folder of generated task folders.")] = Path("tasks"),
     jobs_dir: Annotated[Path, typer.Option(help="Harbor jobs folder (harbor run -o).")] = Path("jobs"),
-    out: Annotated[Path | None, typer.Option(help="Where configs go [runs/<model>].")] = None,
-    agent: Annotated[str | None, typer.Option(help="Harbor agent name or module:Class [terminus-2].")] = None,
+    out: Annotated[Path | None, typer.Option(help="Where configs go (default: runs/<model>).")] = None,
+    agent: Annotated[str | None, typer.Option(
+        help="Harbor agent name or module:Class (default: the base config's, else terminus-2).")] = None,
     ak: Annotated[list[str] | None, typer.Option("--ak", help="Agent kwarg key=value (JSON values).")] = None,
-    env: Annotated[str | None, typer.Option(help="Harbor environment type or module:Class [docker].")] = None,
+    env: Annotated[str | None, typer.Option(
+        help="Harbor environment type or module:Class (default: the base config's, else docker).")] = None,
     n_concurrent: Annotated[int | None, typer.Option(help="Concurrent trials per job.")] = None,
     problems: Annotated[str | None, typer.Option(help="Comma-separated problem ids or names.")] = None,
     base_config: Annotated[Path | None, typer.Option(help="A JobConfig YAML/JSON to start from.")] = None,
 ) -> None:
     """Write Harbor job configs for a model's four arms; rerun as solo trials finish."""
+    from .arms import ArmsError, ArmsOptions, plan_arms
+    from .models import DIRECTIONS, DSLS
+
     opts = ArmsOptions(
         model=model,
         tasks_dir=tasks_dir,
@@ -87,6 +87,8 @@ def collect_cmd(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here, not stdout.")] = None,
 ) -> None:
     """Turn Harbor job folders into attempts.jsonl (one JSON line per attempt)."""
+    from .collect import collect
+
     missing = [str(p) for p in job_dirs if not p.exists()]
     if missing:
         typer.echo(f"error: no such folder: {', '.join(missing)}", err=True)
@@ -106,7 +108,11 @@ def compare_cmd(
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
     n_boot: Annotated[int, typer.Option(help="Bootstrap resamples per cell.")] = 2000,
 ) -> None:
-    """Paired comparison of transfer against solo attempts (design.md §6)."""
+    """Paired comparison of transfer against solo attempts: lift, help and harm rates, intervals."""
+    from .collect import read_attempts
+    from .compare import compare
+    from .tables import render_tables
+
     result = compare(read_attempts(attempts), seed=seed, n_boot=n_boot)
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
@@ -120,15 +126,17 @@ def annotate_cmd(
     model: Annotated[str, typer.Option(help="Annotator: any LiteLLM model string, e.g. anthropic/claude-x.")],
     api_base: Annotated[str | None, typer.Option(help="API base URL (e.g. a local OpenAI-compatible server).")] = None,
     output: Annotated[Path | None, typer.Option(
-        "-o", "--output", help="Where to write [<stem>.annotations.jsonl beside ATTEMPTS].")] = None,
+        "-o", "--output", help="Where to write (default: <stem>.annotations.jsonl beside ATTEMPTS).")] = None,
     pass_id: Annotated[int, typer.Option("--pass", help="Pass number: a second pass is a separate cache entry.")] = 1,
     layers: Annotated[str, typer.Option(help="Comma-separated layers.")] = ",".join(LAYERS),
     tries: Annotated[int, typer.Option(help="Requests per item before it is recorded unlabelled.")] = 3,
-    cache: Annotated[Path | None, typer.Option(help="Cache folder [<stem>.annotate-cache beside ATTEMPTS].")] = None,
+    cache: Annotated[Path | None, typer.Option(
+        help="Cache folder (default: <stem>.annotate-cache beside ATTEMPTS).")] = None,
     max_trajectory_chars: Annotated[int, typer.Option(help="Trajectory text shown per attempt.")] = 60_000,
 ) -> None:
     """Annotate skills and transfers with an LLM: content labels, follow, propagation, failure class."""
     from .annotate import Materials, build_items, default_output, index_trials, run_items
+    from .collect import read_attempts
     from .llm import Annotator, AnnotatorError, AnnotatorSettings
 
     wanted = [x.strip() for x in layers.split(",") if x.strip()]
@@ -163,12 +171,14 @@ def report_cmd(
     n_boot: Annotated[int, typer.Option(help="Bootstrap resamples per cell.")] = 2000,
     note: Annotated[str | None, typer.Option(help="A banner shown at the top (e.g. 'synthetic data').")] = None,
     annotations: Annotated[Path | None, typer.Option(
-        help="mkb annotate's output [<stem>.annotations.jsonl beside ATTEMPTS, if it exists].")] = None,
+        help="mkb annotate's output (default: <stem>.annotations.jsonl beside ATTEMPTS, if it exists).")] = None,
     agreement: Annotated[Path | None, typer.Option(
         help="A second annotations file (another annotator or pass): adds Cohen's kappa per layer.")] = None,
 ) -> None:
     """Write the tables (Markdown, CSV) and an HTML page with plots."""
     from .annotate import default_output, read_annotations
+    from .collect import read_attempts
+    from .report import write_report
 
     if annotations is None and default_output(attempts).is_file():
         annotations = default_output(attempts)
@@ -196,6 +206,8 @@ def skill_check(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON line per skill.")] = False,
 ) -> None:
     """Report code, commands and API calls in skills; exits 1 when any skill has a violation."""
+    from .hygiene import check_skill
+
     files: list[Path] = []
     for path in paths:
         files += sorted(path.rglob("SKILL.md")) if path.is_dir() else [path]

@@ -5,12 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
-from metakernelbench.problems import PROBLEMS_DIR, ProblemError, find_problem, problem_paths
-
-from .grader import GradeConfig, grade
-from .report import render_report
+# torch, the problem loader and the grader are imported inside the command: `mkb grade --help` answers at once
 
 
 def _fail(message: str) -> None:
@@ -21,6 +17,8 @@ def _fail(message: str) -> None:
 
 def _near(key: str) -> str:
     import difflib
+
+    from metakernelbench.problems import PROBLEMS_DIR, problem_paths
 
     stems = [p.stem for p in problem_paths(PROBLEMS_DIR)]
     close = difflib.get_close_matches(key, stems, n=3, cutoff=0.3) or \
@@ -51,9 +49,21 @@ def grade_command(
     device: str = typer.Option(None, "--device", help="cuda (default when present) or cpu"),
     reward_dir: Path = typer.Option(None, "--reward-dir", help="write grade.json and reward.json here"),
     json_out: bool = typer.Option(False, "--json", help="print the full result as JSON"),
-    small: bool = typer.Option(False, "--small", help="grade at the problem's small workload (tests)"),
+    small: bool = typer.Option(False, "--small", help="grade at the problem's SMALL_WORKLOAD instead of the upstream "
+                               "one, every check the same (for CPUs and tests: its speedup says little about the "
+                               "real size)"),
 ) -> None:
-    """Grade KERNEL against PROBLEM."""
+    """Grade KERNEL (a file defining solve) against PROBLEM and print the report; exit 0 when it passed.
+
+    Without a GPU: a TIRx kernel built for the CPU (llvm), --device cpu --small (tests/fixtures/kernels/).
+    """
+    from rich.console import Console
+
+    from metakernelbench.problems import ProblemError, find_problem
+
+    from .grader import GradeConfig, grade
+    from .report import render_report
+
     if dsl not in ("cutedsl", "tirx"):
         _fail(f"--dsl must be cutedsl or tirx, not {dsl!r}")
     if not kernel.is_file():

@@ -2,13 +2,45 @@
 
 from __future__ import annotations
 
+import re
+
 from .result import GradeResult
+
+_FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')
+# the grader's own code and the helpers a kernel may import, wherever the package is installed
+_GRADER = re.compile(r"/metakernelbench/(verifier/|problem_kit\.py|problems\.py)")
+
+
+def _is_library(path: str) -> bool:
+    return (path.startswith("<") or _GRADER.search(path) is not None or "site-packages" in path
+            or "dist-packages" in path or "/lib/python3" in path)
+
+
+def kernel_frame(traceback: str) -> str | None:
+    """Where an error arose in the submission: the innermost traceback frame outside the grader,
+    the installed libraries and the standard library, with its source line; None when no such frame.
+
+    The report shows it beside the message, so a person reading ``mkb grade`` without ``--json``
+    sees the file and line of a RUNTIME_ERROR or COMPILE_ERROR, not only its text.
+    """
+    lines = traceback.splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        m = _FRAME.match(lines[i])
+        if m and not _is_library(m["file"]):
+            where = f"{m['file']}, line {m['line']}, in {m['fn']}"
+            nxt = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            code = nxt if nxt and not _FRAME.match(lines[i + 1]) and not set(nxt) <= set("^~ ") else ""
+            return where + (f": {code}" if code else "")
+    return None
 
 
 def render_report(result: GradeResult, submissions_left: int | None = None,
                   minutes_left: float | None = None) -> str:
     lines = [f"status: {result.status.value}", f"problem: {result.problem} ({result.dsl})",
              f"message: {result.message}"]
+    where = kernel_frame(result.details.get("traceback", ""))
+    if where:
+        lines.append(f"where: {where}")
     m = result.mismatch
     if m:
         where = f" at {m.index}" if m.index is not None else ""

@@ -151,6 +151,13 @@ def test_a_file_without_its_dsl_is_flagged(dsl, other):
     assert "no DSL import" in [v.rule for v in found]
 
 
+@pytest.mark.parametrize(("source", "rule"), [("import torch\n" + SOLVE, "no DSL import"),
+                                              (TIRX_HEAD + "def run(*inputs):\n    pass\n", "missing solve")])
+def test_a_rule_about_the_whole_file_names_no_line(source, rule):
+    (found,) = [v for v in scan_source(source, "tirx") if v.rule == rule]
+    assert found.line is None and str(found).startswith(rule), str(found)  # not "line 0: ..."
+
+
 def test_syntax_error_is_reported_not_raised():
     found = scan_source("def solve(:\n", "tirx")
     assert len(found) == 1 and found[0].rule == "syntax error"

@@ -14,6 +14,11 @@ import signal
 import sys
 from pathlib import Path
 
+# what `--help` shows a user (the module docstring above is for readers of the code)
+DESCRIPTION = ("The judge: a service that grades submitted kernels on this host's GPUs for Harbor trials. "
+               "serve runs it, relay forwards one trial's submissions to it (Docker mode), token mints an "
+               "access token, status shows its health, stop ends a judge started with --state. "
+               "`<command> --help` shows each command's options.")
 DEFAULT_STATE = Path(os.environ.get("MKB_JUDGE_STATE", Path.home() / ".cache" / "metakernelbench" / "judge"))
 
 
@@ -82,7 +87,7 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def build_parser(prog: str = "python -m metakernelbench.verifier.judge") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__)
+    p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="run the judge")

@@ -7,7 +7,7 @@ import typer
 
 
 def judge_command(ctx: typer.Context) -> None:
-    """Run the judge: serve, relay, token, status, stop (``mkb judge serve --help``)."""
+    """Run the grading service for Harbor trials: serve, relay, token, status, stop (mkb judge --help)."""
     from .__main__ import main
 
     raise typer.Exit(main(list(ctx.args), prog="mkb judge"))
