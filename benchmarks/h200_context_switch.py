@@ -18,7 +18,10 @@ interleaved in a shuffled order each round so drift of the host or GPU hits all 
 - ``stage_touch``: as ``stage``, then the timing process runs one tiny kernel of its own and
   synchronises before the clock starts (whether the cost, if any, is the switch between contexts);
 - ``signal``: as ``own``, then a GO from the stage process with no GPU work there (the signal path
-  alone).
+  alone);
+- ``stage_copy``: the timing process runs a tiny kernel of its own before READY; the stage process
+  then only copies (a draw made in advance into the buffers, and the L2 flush as a device-to-device
+  copy of a buffer twice its size) before GO: whether work on the copy engines alone avoids the cost.
 
 Per variant: the median, 10th and 90th percentile of the call (clock start to the end of the device
 synchronise after it) and of its host part (until the function returned), in microseconds.
@@ -41,9 +44,9 @@ from datetime import UTC, datetime
 import torch
 import torch.multiprocessing as mp
 
-VARIANTS = ("own", "stage", "stage_touch", "signal")
+VARIANTS = ("own", "stage", "stage_touch", "signal", "stage_copy")
 READY, MODE, GO, STOP = 0, 1, 2, 3
-FILL, SIGNAL = 1, 2
+FILL, SIGNAL, COPY = 1, 2, 3
 
 
 def load(path: str, name: str):
@@ -70,6 +73,11 @@ def stage_process(problem_file: str, page_path: str, queue) -> None:
     flush = torch.empty(2 * torch.cuda.get_device_properties(device).L2_cache_size, dtype=torch.uint8,
                         device=device)
     seeds = random.Random(7)
+    # COPY: draws made in advance and an L2 flush by a device-to-device copy, so that nothing but
+    # copies (the copy engines, not the SMs) runs in this context between READY and GO
+    pool = [problem.make_inputs(device, torch.Generator(device=device).manual_seed(s)) for s in range(4)]
+    flush_src = torch.empty_like(flush)
+    torch.cuda.synchronize()
     slots = page(page_path)
     served = 0
     while True:
@@ -87,6 +95,12 @@ def stage_process(problem_file: str, page_path: str, queue) -> None:
             flush.bitwise_not_()
             torch.cuda.synchronize()
             del draw
+        elif slots[MODE] == COPY:
+            for buffer, x in zip(buffers, pool[seq % len(pool)], strict=True):
+                if isinstance(x, torch.Tensor):
+                    buffer.copy_(x)
+            flush.copy_(flush_src)
+            torch.cuda.synchronize()
         slots[GO] = seq
         served = seq
 
@@ -158,6 +172,10 @@ def main() -> int:
                     torch.cuda.synchronize()
                     if variant == "signal":
                         ask(SIGNAL)
+                elif variant == "stage_copy":
+                    touch.add_(1)  # this context's last SM work before READY (as after the draw's generation)
+                    torch.cuda.synchronize()
+                    ask(COPY)
                 else:
                     ask(FILL)
                     if variant == "stage_touch":
