@@ -52,10 +52,20 @@ def grade_command(
     reward_dir: Path = typer.Option(None, "--reward-dir", help="write grade.json and reward.json here"),
     json_out: bool = typer.Option(False, "--json", help="print the full result as JSON"),
     small: bool = typer.Option(False, "--small", help="grade at the problem's small workload (tests)"),
+    compile_timeout: float = typer.Option(
+        GradeConfig.compile_timeout_s, "--compile-timeout", metavar="SECONDS",
+        help="the compile budget: the kernel file's import and its DSL compile (at import or in the first call)"),
+    call_timeout: float = typer.Option(
+        GradeConfig.call_timeout_s, "--call-timeout", metavar="SECONDS",
+        help="the call budget: each call (the first one gets it on top of what the import left of the compile budget)"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress lines on stderr"),
 ) -> None:
-    """Grade KERNEL against PROBLEM."""
+    """Grade KERNEL against PROBLEM. A progress line goes to stderr as each stage begins."""
     if dsl not in ("cutedsl", "tirx"):
         _fail(f"--dsl must be cutedsl or tirx, not {dsl!r}")
+    for flag, value in (("--compile-timeout", compile_timeout), ("--call-timeout", call_timeout)):
+        if not value > 0:
+            _fail(f"{flag} must be a positive number of seconds, not {value:g}")
     if not kernel.is_file():
         _fail(f"no kernel file at {kernel}")
     _check_device(device)
@@ -66,7 +76,9 @@ def grade_command(
     if small:
         loaded.spec = loaded.spec.model_copy(update={"workload": {**loaded.spec.workload,
                                                                   **loaded.spec.small_workload}})
-    result = grade(loaded, kernel, dsl, device=device, config=GradeConfig())
+    config = GradeConfig(compile_timeout_s=compile_timeout, call_timeout_s=call_timeout)
+    progress = None if quiet else (lambda line: typer.echo(f"mkb grade {line}", err=True))
+    result = grade(loaded, kernel, dsl, device=device, config=config, progress=progress)
     if reward_dir:
         result.write(reward_dir)
     console = Console()

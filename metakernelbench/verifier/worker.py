@@ -279,6 +279,7 @@ class Worker:
                 if not isinstance(self.conn.recv(), LoadRequest):  # the grader's go-ahead (protocol)
                     return False
                 STARTUP["waited_for_the_grader"] = time.perf_counter() - waiting_at
+                self.bell.loading()  # the grader's compile budget starts now (``Evaluation.await_candidate``)
                 arm()
                 del arm
                 limits_at = time.perf_counter()
