@@ -221,8 +221,9 @@ class WorkerHandle:
                 at_done: Callable[[], None] | None = None, limit: str | None = None):
         """Send one request; for a call, time it by the doorbell. Returns (reply, tensors, span_ns).
 
-        ``timeout`` bounds the whole request on the grader's clock, from the moment it is sent; past
-        it the verdict is TIMEOUT with ``limit`` as its message (default: the number of seconds).
+        ``timeout`` bounds the request on the grader's clock from the moment it is sent (for a call:
+        until DONE; its reply then has 60 s more to arrive); past it the verdict is TIMEOUT with
+        ``limit`` as its message (default: the number of seconds).
 
         A call's inputs reach the worker only inside the timed window: the worker rings READY over
         buffers that hold no draw yet, ``before_go`` (the grader, in its own process) fills them,
