@@ -6,7 +6,9 @@ from pathlib import Path
 
 import typer
 
-# torch, the problem loader and the grader are imported inside the command: `mkb grade --help` answers at once
+# the grading settings are torch-free (their defaults are the options' defaults); torch, the problem
+# loader and the grader are imported inside the command: `mkb grade --help` answers at once
+from .launch import GradeConfig
 
 
 def _fail(message: str) -> None:
@@ -52,20 +54,31 @@ def grade_command(
     small: bool = typer.Option(False, "--small", help="grade at the problem's SMALL_WORKLOAD instead of the upstream "
                                "one, every check the same (for CPUs and tests: its speedup says little about the "
                                "real size)"),
+    compile_timeout: float = typer.Option(
+        GradeConfig.compile_timeout_s, "--compile-timeout", metavar="SECONDS",
+        help="the compile budget: the kernel file's import and its DSL compile (at import or in the first call)"),
+    call_timeout: float = typer.Option(
+        GradeConfig.call_timeout_s, "--call-timeout", metavar="SECONDS",
+        help="the call budget: each call (the first one gets it on top of what the import left of the compile budget)"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress lines on stderr"),
 ) -> None:
     """Grade KERNEL (a file defining solve) against PROBLEM and print the report; exit 0 when it passed.
 
     Without a GPU: a TIRx kernel built for the CPU (llvm), --device cpu --small (tests/fixtures/kernels/).
+    A progress line goes to stderr as each stage begins.
     """
     from rich.console import Console
 
     from metakernelbench.problems import ProblemError, find_problem
 
-    from .grader import GradeConfig, grade
+    from .grader import grade
     from .report import render_report
 
     if dsl not in ("cutedsl", "tirx"):
         _fail(f"--dsl must be cutedsl or tirx, not {dsl!r}")
+    for flag, value in (("--compile-timeout", compile_timeout), ("--call-timeout", call_timeout)):
+        if not value > 0:
+            _fail(f"{flag} must be a positive number of seconds, not {value:g}")
     if not kernel.is_file():
         _fail(f"no kernel file at {kernel}")
     _check_device(device)
@@ -76,7 +89,9 @@ def grade_command(
     if small:
         loaded.spec = loaded.spec.model_copy(update={"workload": {**loaded.spec.workload,
                                                                   **loaded.spec.small_workload}})
-    result = grade(loaded, kernel, dsl, device=device, config=GradeConfig())
+    config = GradeConfig(compile_timeout_s=compile_timeout, call_timeout_s=call_timeout)
+    progress = None if quiet else (lambda line: typer.echo(f"mkb grade {line}", err=True))
+    result = grade(loaded, kernel, dsl, device=device, config=config, progress=progress)
     if reward_dir:
         result.write(reward_dir)
     console = Console()

@@ -15,7 +15,11 @@ words, which x86-64 reads and writes atomically. Besides the three signals it ho
   (address and byte extent); on the CPU the grader reads those bytes itself at DONE, from outside the
   process (``outside.read_memory``), and holds the call's final outputs to them;
 - the refusal record: the audit hook (``guard``) writes the reason of a refusal here and ends the
-  process, so a refusal reaches the grader even though nothing of the worker survives to send it.
+  process, so a refusal reaches the grader even though nothing of the worker survives to send it;
+- the LOADING mark: a candidate worker writes it when the grader releases it, just before it imports
+  the kernel file (still the grader's code), so the grader can start the compile budget's clock at
+  the moment the submission begins to run and not before (the worker's own start is not the
+  submission's time).
 
 The worker's own stopwatch reading of the same call is sent back too: it can only be shorter than the
 grader's span, so a longer one means the signals were forged (rung early by the submission) and the
@@ -31,8 +35,9 @@ import tempfile
 import time
 
 READY, GO, DONE = 0, 1, 2
-# REFUSED: 0 none, 1 rule violation, 2 tampering (REWARD_HACK); COPIED: the grader took its copy of the outputs
-REFUSED, REFUSAL_LEN, N_OUT, COPIED = 3, 4, 5, 6
+# REFUSED: 0 none, 1 rule violation, 2 tampering (REWARD_HACK); COPIED: the grader took its copy of the outputs;
+# LOADING: 1 once the candidate worker starts importing the kernel file
+REFUSED, REFUSAL_LEN, N_OUT, COPIED, LOADING = 3, 4, 5, 6, 7
 OUT_TABLE = 8  # slots 8.. hold (address, extent in bytes) per output
 MAX_OUTPUTS = 56
 TEXT_AT = 1024  # byte offset of the refusal text
@@ -147,7 +152,25 @@ class Doorbell:
                 return False
         return True
 
+    def loading(self) -> None:
+        """The candidate worker is about to import the kernel file (written before any of it runs)."""
+        self.slots[LOADING] = 1
+
     # --- grader side ----------------------------------------------------------------------------
+    def wait_loading(self, deadline_ns: int, alive, nap_s: float = 0.01) -> int | None:
+        """Wait until the worker marked LOADING; the grader's clock at the first look that saw it.
+
+        None when ``alive()`` says no first (the worker died or sent a failure) or the deadline passed.
+        The mark is written by the grader's own code in the worker before the submission is imported;
+        whatever the submission later writes there is never read again.
+        """
+        while True:
+            if self.slots[LOADING]:
+                return _ns()
+            if not alive() or _ns() > deadline_ns:
+                return _ns() if self.slots[LOADING] else None
+            time.sleep(nap_s)
+
     def wait_for(self, slot: int, seq: int, deadline_ns: int, alive, tight_ns: int = 20_000_000,
                  nap_s: float = 20e-6, share_cpu: bool = False) -> int | None:
         """Spin until ``slot`` holds ``seq``; return the clock reading at that moment.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from random import SystemRandom
@@ -73,7 +74,7 @@ class Evaluation:
     """State of one grade: the problem, the device, the seeds and the two worker processes."""
 
     def __init__(self, problem: Problem, kernel_path: Path, dsl: str, device: torch.device,
-                 config: GradeConfig, workers: Started):
+                 config: GradeConfig, workers: Started, progress: Callable[[str], None] | None = None):
         self.problem, self.spec = problem, problem.spec
         self.kernel_path, self.dsl, self.device, self.config = kernel_path, dsl, device, config
         self.workers = workers  # scratch folder, core plan, protected folders; closed by grade()
@@ -83,6 +84,10 @@ class Evaluation:
         self.kernel_names: dict[str, list[str]] = {}  # launch site -> the kernel symbols it runs
         self._stages: dict[WorkerHandle, InputStage] = {}  # each worker's input buffers
         self._gpu: GpuProcesses | None = None
+        self.say = progress or (lambda line: None)  # one line of progress (``grade``'s caller shows it)
+        self.first_call = False  # the candidate's next call is its first (it may still compile)
+        self.compile_left_s = config.compile_timeout_s  # what the kernel file's import left of the budget
+        self.kernel_load_s: float | None = None  # the import as the grader's clock saw it
 
     @property
     def gpu(self) -> GpuProcesses:
@@ -121,8 +126,22 @@ class Evaluation:
         self.candidate.release()
 
     def await_candidate(self) -> Ready:
-        ready, _ = self.candidate.expect(self.config.import_timeout_s, self.candidate.nonce, None)
-        assert isinstance(ready, Ready)
+        """Wait for the released candidate worker to start (the start limit: the grader's code) and to
+        import the kernel file (the compile budget, on the grader's clock from the worker's LOADING
+        mark). The first call then gets what the import left of the compile budget (``call``)."""
+        cfg, handle = self.config, self.candidate
+        budget = cfg.compile_timeout_s
+        loading = handle.await_loading(cfg.start_timeout_s)
+        if loading is not None:
+            self.say(f"importing the kernel file (compile budget {budget:g} s)")
+        left = budget - (time.perf_counter_ns() - loading) / 1e9 if loading is not None else 0.0
+        ready, _ = handle.expect(left, handle.nonce, None,
+                                 f"the kernel file did not finish loading within the compile budget of {budget:g} s "
+                                 "(its import, where TIRx kernels usually compile)")
+        if not isinstance(ready, Ready) or loading is None:
+            raise Verdict(Status.REWARD_HACK, "the candidate worker answered before it imported the kernel file")
+        self.kernel_load_s = (time.perf_counter_ns() - loading) / 1e9
+        self.compile_left_s = max(budget - self.kernel_load_s, 0.0)
         self.first_call = True
         self.seal_base = self._sandbox_filters()
         return ready
@@ -160,7 +179,7 @@ class Evaluation:
 
     def await_reference(self) -> WorkerHandle:
         try:
-            self.reference.expect(self.config.import_timeout_s, self.reference.nonce, None)
+            self.reference.expect(self.config.start_timeout_s, self.reference.nonce, None)
         except Verdict as exc:  # the trusted worker failing is never the submission's fault
             raise Verdict(Status.INFRA_ERROR, f"the reference worker failed: {exc.message}") from None
         return self.reference
@@ -190,10 +209,10 @@ class Evaluation:
         """One call of ``draw``, timed by the grader's clock; ``snapshot``: take the grader's own copy
         of the outputs the moment DONE rings (in-place outputs from its buffers; on the CPU also the
         returned outputs, read out of the frozen worker) and hold the call's results to it."""
-        timeout = self.config.call_timeout_s
+        timeout, limit = self.call_limit(handle is self.candidate and self.first_call)
         first = handle is self.candidate and self.first_call
         if first:
-            timeout, self.first_call = self.config.first_call_timeout_s, False
+            self.first_call = False
         stage = self.stage_for(handle)
         fresh = stage.prepare(draw)
         cpu_read = snapshot and self.device.type == "cpu" and handle is self.candidate
@@ -205,7 +224,7 @@ class Evaluation:
                 taken.update(self._copy_at_done(handle, stage, cpu_read))
 
         result, tensors, span_ns = handle.request(req, timeout, before_go=lambda: stage.fill(draw),
-                                                  at_done=at_done)
+                                                  at_done=at_done, limit=limit)
         assert isinstance(result, CallResult)
         if result.elapsed_ns > span_ns:
             # the worker's own stopwatch started after GO and stopped before DONE: it cannot exceed
@@ -229,6 +248,22 @@ class Evaluation:
         if done.done_outputs is not None and result.outputs is not None:
             require_done_copy(done.done_outputs, result.outputs, tensors, "the call's outputs")
         return done
+
+    def call_limit(self, first: bool) -> tuple[float, str]:
+        """(seconds, the TIMEOUT message) for a call: the call budget; the candidate's first call also
+        what the import left of the compile budget, since the DSLs compile during the first call.
+
+        The worker could report when its compile ends, but the submission controls that process, so
+        the boundary is not taken from it: the first call's limit is one span on the grader's clock.
+        """
+        cfg = self.config
+        if not first:
+            return cfg.call_timeout_s, f"the call did not return within the call budget of {cfg.call_timeout_s:g} s"
+        timeout = self.compile_left_s + cfg.call_timeout_s
+        return timeout, (f"the first call did not return within {timeout:.1f} s: the call budget of "
+                         f"{cfg.call_timeout_s:g} s plus the {self.compile_left_s:.1f} s left of the compile "
+                         f"budget of {cfg.compile_timeout_s:g} s after the kernel file's import (the first call "
+                         "includes the DSL's compile)")
 
     def _copy_at_done(self, handle: WorkerHandle, stage: InputStage, cpu_read: bool) -> dict[str, object]:
         """The grader's own copy of the call's outputs at DONE, the worker held stopped meanwhile."""

@@ -26,6 +26,7 @@ folder, removed afterwards; no other process may hold the GPU while timing (``gp
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,16 +52,26 @@ def _device_of(device: str | None) -> torch.device:
     return chosen
 
 
+def _stamped(progress: Callable[[str], None] | None, started: float) -> Callable[[str], None] | None:
+    """``progress`` with each line prefixed by the seconds since the grading started."""
+    if progress is None:
+        return None
+    return lambda line: progress(f"[{time.perf_counter() - started:6.1f} s] {line}")
+
+
 def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | None = None,
           config: GradeConfig = GradeConfig(), protected_paths: list[str] | None = None,
-          workers: Started | None = None) -> GradeResult:
+          workers: Started | None = None, progress: Callable[[str], None] | None = None) -> GradeResult:
     """Grade one kernel file; never raises for anything the kernel does.
 
     ``workers``: the evaluation's workers, already started by ``launch.start_workers`` for this
     kernel, problem and device (the judge's runner starts them before importing torch itself);
-    otherwise they are started here once the static rules pass.
+    otherwise they are started here once the static rules pass. ``progress``: called with one line
+    as each stage begins (the stage, the seconds since the start, the limit that applies), never
+    inside a timed call.
     """
     started = time.perf_counter()
+    say = _stamped(progress, started)
     stages = Stages()
     kernel_path = Path(kernel_path).resolve()
     name = problem.spec.name
@@ -83,7 +94,7 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
     if workers is None:
         workers = start_workers(kernel_path, dsl, problem_file, len(problem.spec.outputs), str(chosen), config,
                                 protected_paths)
-    ev = Evaluation(problem, kernel_path, dsl, chosen, config, workers)
+    ev = Evaluation(problem, kernel_path, dsl, chosen, config, workers, progress=say)
     details: dict[str, str] = {}
     fields: dict[str, Any] = {"stages_s": stages.seconds, "details": details}
     try:
@@ -115,11 +126,16 @@ def _stages(ev: Evaluation, stages: Stages, fields: dict[str, Any], details: dic
     ev.candidate.release()  # the static rules passed: the candidate may import the kernel now
     if plan:
         details["cores"] = f"grader {sorted(plan[0])}, workers {_cpu_list_text(plan[1])}"
+    ev.say(f"starting the candidate worker (start limit {config.start_timeout_s:g} s)")
     ready = ev.await_candidate()
     fields.update(device=ready.device, sandbox=ready.sandbox)
     stages.mark("start")
     details["candidate_import_s"] = f"{ready.import_s:.3f}"
+    details["kernel_load_s"] = f"{ev.kernel_load_s:.3f}"  # the same import, on the grader's clock
     details.update({f"candidate_start_{k}_s": f"{v:.3f}" for k, v in ready.startup_s.items()})
+    first_limit, _ = ev.call_limit(True)
+    ev.say(f"correctness: {config.correctness_draws} draws (the first call may compile: up to {first_limit:.0f} s; "
+           f"then {config.call_timeout_s:g} s a call)")
     checks.correctness(ev, stages)
     stages.mark("correctness")
     seeds = [ev.seed() for _ in range(config.warmup + config.timed)]
@@ -128,8 +144,10 @@ def _stages(ev: Evaluation, stages: Stages, fields: dict[str, Any], details: dic
     others = ev.gpu_is_ours() if config.exclusive_gpu else []
     if others:
         raise Verdict(Status.INFRA_ERROR, f"other processes hold the GPU ({others}): not timed")
+    ev.say("eager reference: its baseline and a drift check")
     eager = timing.eager_baseline(ev, ready.device)
     stages.mark("eager")
+    ev.say(f"timing: {config.warmup} warmup and {config.timed} timed calls")
     kernel_loop, keep, retimed = timing.time_candidate(ev, seeds, recheck_at)
     if retimed:
         details["retimed"] = retimed
@@ -144,11 +162,14 @@ def _stages(ev: Evaluation, stages: Stages, fields: dict[str, Any], details: dic
                    reference_signal_overhead_us_min=f"{eager.ref_gap_us:.2f}", gpu_process_check=(
                        "nvml" if ev.gpu.available else (ev.gpu.why or "not a GPU")))
     fields.update(kernel_timing=kernel, eager_timing_before=eager.base, eager_timing_after=eager.check)
+    ev.say(f"rechecks: {config.rechecks} timed calls")
     fields["rechecked_calls"] = checks.recheck(ev, seeds, keep)
     stages.mark("rechecks")
     fields["launch_sites"] = list(ev.launch_sites)
+    ev.say("DSL share: one profiled call")
     fields["dsl_share"] = provenance.dsl_share(ev)
     stages.mark("dsl_share")
+    ev.say(f"bypass test: {min(len(ev.launch_sites), config.max_bypass_sites)} launch site(s) suppressed in turn")
     fields["bypass"] = provenance.bypass(ev)
     stages.mark("bypass")
     return score(ev.problem, ev.dsl, kernel, eager, config, fields)

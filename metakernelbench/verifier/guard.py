@@ -414,3 +414,23 @@ def thread_count() -> int:
         return len(os.listdir("/proc/self/task"))
     except OSError:
         return threading.active_count()
+
+
+def thread_ids() -> set[int]:
+    """The ids of this process's threads (empty where ``/proc`` is missing)."""
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:
+        return set()
+
+
+def describe_threads(tids: set[int]) -> str:
+    """Each thread's name (``comm``, which any code can set: for a message, never for a verdict)."""
+    names = []
+    for tid in sorted(tids):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as fh:
+                names.append(f"{tid} {fh.read().strip()!r}")
+        except OSError:
+            names.append(f"{tid} (ended)")
+    return ", ".join(names)

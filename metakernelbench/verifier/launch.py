@@ -43,9 +43,17 @@ class GradeConfig:
     warmup: int = 10
     timed: int = 50
     rechecks: int = 3
-    import_timeout_s: float = 900.0
+    # Time limits (docs/grading.md, "Time limits"), all kept by the grader's own clock. A worker's own
+    # start (interpreter, torch, the DSL, its OS limits) is the grader's code: a start past
+    # start_timeout_s is INFRA_ERROR. The compile budget runs from the moment the candidate worker
+    # begins to import the kernel file: the import and the DSL's compile share it, wherever the
+    # compile happens (at import, as TIRx kernels usually do, or inside the first call, where the
+    # DSLs JIT-compile), so the first call may take what the import left of it plus the call budget.
+    # Every other call gets the call budget. A kernel that never returns is TIMEOUT within
+    # compile_timeout_s + call_timeout_s of its first line running.
+    start_timeout_s: float = 300.0
+    compile_timeout_s: float = 300.0
     call_timeout_s: float = 120.0
-    first_call_timeout_s: float = 900.0
     eager_drift_flag: float = 0.10
     eager_baseline_warmup: int = 10
     eager_baseline_timed: int = 100
@@ -161,14 +169,29 @@ class WorkerHandle:
         self.process.join(5)
         return Verdict(Status.RUNTIME_ERROR, f"the kernel process died (exit code {self.process.exitcode})")
 
-    def expect(self, timeout: float, nonce: str, seq: int | None):
-        """Read exactly one message: the reply to the request just sent."""
+    def await_loading(self, timeout: float) -> int | None:
+        """Wait for a released candidate worker to begin importing the kernel file (its LOADING mark,
+        written by the grader's code before any of the submission runs); the grader's clock then.
+
+        None when the worker sent something first (a failure of its start, for ``expect`` to read) or
+        died. A start that takes longer than ``timeout`` is the infrastructure's fault: nothing of the
+        submission has run yet.
+        """
+        at = self.bell.wait_loading(time.perf_counter_ns() + int(timeout * 1e9), self._alive)
+        if at is None and self._alive():
+            raise Verdict(Status.INFRA_ERROR, f"the candidate worker did not start within the start limit of "
+                                              f"{timeout:g} s (before the kernel file was imported)")
+        return at
+
+    def expect(self, timeout: float, nonce: str, seq: int | None, limit: str | None = None):
+        """Read exactly one message: the reply to the request just sent. ``limit``: what the TIMEOUT
+        verdict says when none came within ``timeout`` seconds (the limit that was hit, with its number)."""
         from .wire import Failure, TooLarge, WireError, receive  # torch: imported once a reply is read
 
-        if not self.parent.poll(timeout):
+        if not self.parent.poll(max(timeout, 0.0)):
             if not self.process.is_alive():
                 raise self._dead()
-            raise Verdict(Status.TIMEOUT, f"no reply within {timeout:.0f} s")
+            raise Verdict(Status.TIMEOUT, limit or f"no reply within {timeout:g} s")
         if self.bell.refusal() is not None:  # the hook ended the process; a reply may be half written
             raise self._dead()
         try:
@@ -195,8 +218,12 @@ class WorkerHandle:
         return message, tensors
 
     def request(self, req, timeout: float, before_go: Callable[[], None] | None = None,
-                at_done: Callable[[], None] | None = None):
+                at_done: Callable[[], None] | None = None, limit: str | None = None):
         """Send one request; for a call, time it by the doorbell. Returns (reply, tensors, span_ns).
+
+        ``timeout`` bounds the request on the grader's clock from the moment it is sent (for a call:
+        until DONE; its reply then has 60 s more to arrive); past it the verdict is TIMEOUT with
+        ``limit`` as its message (default: the number of seconds).
 
         A call's inputs reach the worker only inside the timed window: the worker rings READY over
         buffers that hold no draw yet, ``before_go`` (the grader, in its own process) fills them,
@@ -219,7 +246,8 @@ class WorkerHandle:
                 if span is not None and at_done is not None:
                     at_done()
         left = max(deadline - time.perf_counter_ns(), 0) / 1e9
-        message, tensors = self.expect(left + 60.0 if span is not None else left, req.nonce, req.seq)
+        message, tensors = self.expect(left + 60.0 if span is not None else left, req.nonce, req.seq,
+                                       limit or f"no reply within {timeout:g} s")
         if isinstance(req, CallRequest) and span is None:
             raise Verdict(Status.REWARD_HACK, "the call replied without its DONE signal")
         return message, tensors, span

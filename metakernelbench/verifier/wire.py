@@ -18,6 +18,7 @@ import os
 import select
 import socket
 import struct
+import time
 from typing import Annotated, Literal
 
 import numpy as np
@@ -154,52 +155,71 @@ def send(conn, header: BaseModel, tensors: list[torch.Tensor] = ()) -> None:
                 sock.sendall(raw)
 
 
-def _read_exactly(sock: socket.socket, into: memoryview, timeout_s: float) -> None:
-    """Fill ``into`` from the socket; a sender that stalls for ``timeout_s`` is a malformed message."""
+MIN_RATE = 64 << 20  # bytes/s a local socket beats by far: a message slower than this is stalled on purpose
+
+
+def _read_exactly(sock: socket.socket, into: memoryview, deadline_ns: int, what: str) -> None:
+    """Fill ``into`` from the socket by ``deadline_ns`` (monotonic); a sender that has not sent it all by
+    then is a malformed message, however it trickles (no byte moves the deadline)."""
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLIN)
     done = 0
     while done < len(into):
-        if not poller.poll(timeout_s * 1000):
-            raise WireError("a declared tensor never arrived")
+        left_ms = (deadline_ns - time.monotonic_ns()) / 1e6
+        if left_ms <= 0 or not poller.poll(left_ms):
+            raise WireError(f"{what} never arrived")
         got = sock.recv_into(into[done:], len(into) - done)
         if got == 0:
-            raise WireError("the channel closed inside a tensor")
+            if what == "the header" and done == 0:
+                raise EOFError  # the worker is gone (its death or refusal is read by the caller)
+            raise WireError(f"the channel closed inside {what}")
         done += got
+
+
+def _read_header(sock: socket.socket, deadline_ns: int) -> bytes:
+    """One ``Connection.send_bytes`` frame (a 4-byte big-endian length, then the bytes), read by the
+    deadline: ``Connection.recv_bytes`` would wait forever for a header whose first bytes came alone."""
+    prefix = bytearray(4)
+    _read_exactly(sock, memoryview(prefix), deadline_ns, "the header")
+    (size,) = struct.unpack("!i", prefix)
+    if size < 0 or size > HEADER_LIMIT:
+        raise WireError("header frame larger than any valid header")
+    head = bytearray(size)
+    _read_exactly(sock, memoryview(head), deadline_ns, "the header's bytes")
+    return bytes(head)
 
 
 def receive(conn, max_bytes: int, pin: bool = False, timeout_s: float = 30.0) -> tuple[Message, list[torch.Tensor]]:
     """Read one message from ``conn``; every size is checked before its bytes are read.
 
     Each tensor's bytes are read straight into a tensor allocated for them (page-locked when
-    ``pin``: the grader's copy to the GPU is then fast), with no intermediate copies.
+    ``pin``: the grader's copy to the GPU is then fast), with no intermediate copies. The whole
+    message must arrive within ``timeout_s`` plus its declared bytes at ``MIN_RATE``: nothing the
+    sender does (a header cut short, bytes trickled one at a time) holds the reader longer.
     """
-    try:
-        head = conn.recv_bytes(HEADER_LIMIT)
-    except OSError as exc:
-        raise WireError("header frame larger than any valid header") from exc
-    try:
-        message = MESSAGE.validate_python(json.loads(head))
-    except ValueError as exc:
-        raise WireError(f"malformed header: {exc}") from exc
-    metas = getattr(message, "outputs", None) or []
-    tensors, total = [], 0
-    for meta in metas:
-        total += meta.nbytes
-        if total > max_bytes:
-            raise TooLarge("the tensors are larger than any valid answer")
-    if not metas:
-        return message, tensors
+    started = time.monotonic_ns()
     with _socket_of(conn) as sock:
+        head = _read_header(sock, started + int(timeout_s * 1e9))
+        try:
+            message = MESSAGE.validate_python(json.loads(head))
+        except ValueError as exc:
+            raise WireError(f"malformed header: {exc}") from exc
+        metas = getattr(message, "outputs", None) or []
+        tensors, total = [], 0
+        for meta in metas:
+            total += meta.nbytes
+            if total > max_bytes:
+                raise TooLarge("the tensors are larger than any valid answer")
+        deadline = started + int((timeout_s + total / MIN_RATE) * 1e9)
         for meta in metas:
             dtype = _checked_dtype(meta)
             length = bytearray(8)
-            _read_exactly(sock, memoryview(length), timeout_s)
+            _read_exactly(sock, memoryview(length), deadline, "a tensor")
             if struct.unpack("<Q", length)[0] != meta.nbytes:
                 raise WireError("a tensor frame does not match its declared size")
             flat = torch.empty(meta.nbytes, dtype=torch.uint8, pin_memory=pin)
             if meta.nbytes:
-                _read_exactly(sock, memoryview(flat.numpy()), timeout_s)
+                _read_exactly(sock, memoryview(flat.numpy()), deadline, "a tensor")
             tensors.append(flat.view(dtype).reshape(meta.shape))
     return message, tensors
 

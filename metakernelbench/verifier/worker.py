@@ -38,7 +38,7 @@ import torch
 from . import capabilities, hooks, sandbox
 from .device import DeviceTools
 from .doorbell import DONE, Doorbell
-from .guard import REFUSE_EVENT, TAMPERING, GuardViolation, install_guard, thread_count
+from .guard import REFUSE_EVENT, TAMPERING, GuardViolation, describe_threads, install_guard, thread_count, thread_ids
 from .protocol import CallRequest, FetchRequest, LoadRequest, WorkerSetup
 from .wire import CallResult, Failure, KernelTime, Outputs, Ready, send, tensor_meta
 
@@ -209,6 +209,7 @@ class Worker:
         self.removed: list[str] = []  # the code-loading entry points taken away (``capabilities``)
         self.sealed = False  # the executable-memory seal (``sandbox.seal_executable_memory``) is on
         self.thread_baseline: int | None = None
+        self.baseline_tids: set[int] = set()
         self.solve = None
         self.integrity: dict[str, int] = {}
         self.deferred_checks = False  # light-checked calls ran since the last heavy checks
@@ -279,6 +280,7 @@ class Worker:
                 if not isinstance(self.conn.recv(), LoadRequest):  # the grader's go-ahead (protocol)
                     return False
                 STARTUP["waited_for_the_grader"] = time.perf_counter() - waiting_at
+                self.bell.loading()  # the grader's compile budget starts now (``Evaluation.await_candidate``)
                 arm()
                 del arm
                 limits_at = time.perf_counter()
@@ -340,10 +342,11 @@ class Worker:
                         raise CallFailed("hack", f"output {i} shares memory with input {j}")
         if req.check_threads:  # both modes: the reference pays the same overhead (see timing.timing_loop)
             if self.thread_baseline is None:
-                self.thread_baseline = thread_count()
+                self.thread_baseline, self.baseline_tids = thread_count(), thread_ids()
             elif thread_count() > self.thread_baseline and self.setup.mode == "candidate":
                 raise CallFailed("hack", f"threads grew from {self.thread_baseline} to {thread_count()} "
-                                         "during timing (work left running after solve returned?)")
+                                         "during timing (work left running after solve returned?); new: "
+                                         + describe_threads(thread_ids() - self.baseline_tids))
         if req.light_checks:
             self.deferred_checks = True
         else:
@@ -497,6 +500,24 @@ class Worker:
 STARTUP: dict[str, float] = {}  # wall-clock marks of this process's start (the Ready message's breakdown)
 
 
+def _start_thread_pools() -> None:
+    """Start torch's intra-op threads, all of them, while the process is still the grader's.
+
+    OpenMP starts a thread pool's threads on the first parallel region that needs them: a torch
+    operator large enough to split (tens of thousands of elements) starts some, a larger one more. In
+    a worker that would happen whenever the kernel's eager glue first meets a large enough tensor (a
+    full-size workload, a draw with more rows than the ones before), possibly in the middle of the
+    timed calls, where a new thread reads as work left running after ``solve`` returned
+    (``Worker._contract_checks``). A reduction split across every intra-op thread starts the whole
+    pool now, so the thread baseline already holds it. The profiler's thread is started the same way
+    (``Worker.load``); a pool the kernel itself starts (TVM's, for a parallel loop) starts in its first
+    calls, before the baseline is taken at the first timed call.
+    """
+    threads = torch.get_num_threads()
+    if threads > 1:
+        torch.ones(threads << 16).sum()
+
+
 def main(conn, setup: WorkerSetup) -> None:
     """Process entry point (spawned by the grader)."""
     STARTUP["interpreter_and_torch"] = time.time() - setup.spawned_at if setup.spawned_at else 0.0
@@ -504,6 +525,7 @@ def main(conn, setup: WorkerSetup) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
+    _start_thread_pools()
     if setup.device.startswith("cuda"):
         torch.cuda.set_device(torch.device(setup.device))
     started = time.time()

@@ -79,11 +79,25 @@ def test_wait_gives_up_when_the_worker_is_gone():
     bell.close()
 
 
+def test_the_loading_mark_is_seen_and_its_wait_is_bounded():
+    bell = Doorbell.create()
+    worker = Doorbell.attach(bell.path)
+    started = time.perf_counter()
+    assert bell.wait_loading(time.perf_counter_ns() + int(0.3e9), lambda: True) is None  # no mark: the deadline
+    assert 0.3 <= time.perf_counter() - started < 2.0
+    assert bell.wait_loading(time.perf_counter_ns() + int(5e9), lambda: False) is None  # the worker is gone
+    worker.loading()
+    seen = bell.wait_loading(time.perf_counter_ns() + int(5e9), lambda: True)
+    assert seen is not None and seen <= time.perf_counter_ns()
+    worker.close()
+    bell.close()
+
+
 class _FakeHandle:
     def __init__(self, elapsed_ns: int, span_ns: int):
         self.elapsed_ns, self.span_ns = elapsed_ns, span_ns
 
-    def request(self, req, timeout, before_go=None, at_done=None):
+    def request(self, req, timeout, before_go=None, at_done=None, limit=None):
         from metakernelbench.verifier.wire import CallResult
 
         return (CallResult(nonce="n", seq=1, elapsed_ns=self.elapsed_ns, launches={"k": 1}, threads=1), [],

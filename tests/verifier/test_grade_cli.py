@@ -61,3 +61,25 @@ def test_judge_help_names_the_mkb_command():
     done = subprocess.run([sys.executable, "-m", "metakernelbench.cli", "judge", "--help"], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.startswith("usage: mkb judge"), done.stdout[:200]
+
+
+def test_a_non_positive_budget_is_a_usage_error():
+    _one_line_error(_mkb("28", str(KERNEL), "--dsl", "tirx", "--call-timeout", "0"), "--call-timeout", "positive")
+
+
+def test_budgets_are_options_and_progress_goes_to_stderr_only(tmp_path):
+    """A kernel that never returns: TIMEOUT naming the budgets given on the command line; stage lines
+    on stderr while it runs, and stdout holds nothing but the JSON result."""
+    import json
+
+    hang = tmp_path / "kernel.py"
+    hang.write_text("import tvm\n\n\ndef solve(hidden_states, residual, weight):\n    while True:\n        pass\n")
+    done = _mkb("28", str(hang), "--dsl", "tirx", "--device", "cpu", "--small", "--json",
+                "--compile-timeout", "4", "--call-timeout", "3")
+    assert done.returncode == 1, done.stderr[-1500:]
+    result = json.loads(done.stdout)
+    assert result["status"] == "TIMEOUT", result["message"]
+    assert "call budget of 3 s" in result["message"] and "compile budget of 4 s" in result["message"]
+    progress = [line for line in done.stderr.splitlines() if line.startswith("mkb grade [")]
+    assert any("compile budget 4 s" in line for line in progress), done.stderr
+    assert any("correctness" in line for line in progress), done.stderr

@@ -109,7 +109,7 @@ def test_crash_is_a_runtime_error(problem, tmp_path, how):
 
 def test_hang_is_a_timeout(problem, tmp_path):
     config = GradeConfig(correctness_draws=2, warmup=2, timed=5, rechecks=2, call_timeout_s=5,
-                         first_call_timeout_s=5)
+                         compile_timeout_s=5)
     started = time.perf_counter()
     result = grade(problem, _submit(tmp_path, HANG), "tirx", device="cpu", config=config)
     assert result.status is Status.TIMEOUT, result.message

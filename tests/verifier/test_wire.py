@@ -12,6 +12,8 @@ import os
 import pickle
 import socket
 import struct
+import threading
+import time
 
 import pytest
 import torch
@@ -247,3 +249,61 @@ def test_a_missing_tensor_frame_is_malformed(monkeypatch):
     a.send_bytes(msg.model_dump_json().encode())
     with pytest.raises(WireError, match="never arrived"):
         wire.receive(b, 1 << 30, timeout_s=0.2)
+
+
+def test_a_header_cut_short_does_not_hold_the_reader():
+    """The first bytes of a header frame, then nothing: the reader gives up by its deadline (a blocking
+    ``recv_bytes`` would wait for the rest for ever)."""
+    from metakernelbench.verifier import wire
+
+    a, b = _pair()
+    with socket.socket(fileno=os.dup(a.fileno())) as raw:
+        raw.sendall(struct.pack("!i", 100) + b"{")
+    raised: list[BaseException] = []
+
+    def read():
+        try:
+            wire.receive(b, 1 << 30, timeout_s=0.3)
+        except BaseException as exc:  # noqa: BLE001 - the test reads it below
+            raised.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(5.0)
+    assert not reader.is_alive(), "the reader still waits for the rest of the header"
+    assert len(raised) == 1 and isinstance(raised[0], WireError) and "never arrived" in str(raised[0]), raised
+
+
+def test_bytes_trickled_one_at_a_time_do_not_move_the_deadline():
+    from metakernelbench.verifier import wire
+
+    a, b = _pair()
+    frame = json.dumps(_ready_header("cpu")).encode()
+
+    def trickle():
+        with socket.socket(fileno=os.dup(a.fileno())) as raw:
+            raw.sendall(struct.pack("!i", len(frame)))
+            for i in range(len(frame)):
+                try:
+                    raw.sendall(frame[i:i + 1])
+                except OSError:
+                    return
+                time.sleep(0.05)
+
+    sender = threading.Thread(target=trickle, daemon=True)
+    sender.start()
+    started = time.perf_counter()
+    with pytest.raises(WireError, match="never arrived"):
+        wire.receive(b, 1 << 30, timeout_s=0.5)
+    assert time.perf_counter() - started < 2.0
+    b.close()
+    sender.join(10)
+
+
+def test_a_channel_closed_before_a_message_is_the_end_of_the_worker():
+    from metakernelbench.verifier import wire
+
+    a, b = _pair()
+    a.close()
+    with pytest.raises(EOFError):
+        wire.receive(b, 1 << 30)

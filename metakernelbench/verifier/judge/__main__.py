@@ -27,7 +27,8 @@ def _serve(args: argparse.Namespace) -> int:
     from .server import JudgeConfig, serve_forever
 
     settings = GradeSettings(small=args.small, draws=args.draws, warmup=args.warmup, timed=args.timed,
-                             rechecks=args.rechecks, wall_limit_s=args.wall_limit)
+                             rechecks=args.rechecks, wall_limit_s=args.wall_limit,
+                             compile_timeout_s=args.compile_timeout, call_timeout_s=args.call_timeout)
     images = {"cutedsl": args.image_cutedsl, "tirx": args.image_tirx}
     config = JudgeConfig(state=Path(args.state), devices=[d for d in args.devices.split(",") if d],
                          listen=args.listen, unix=Path(args.unix) if args.unix else None, isolation=args.isolation,
@@ -114,6 +115,9 @@ def build_parser(prog: str = "python -m metakernelbench.verifier.judge") -> argp
     s.add_argument("--image-cutedsl", default="metakernelbench/grader-cutedsl:0.1.0")
     s.add_argument("--image-tirx", default="metakernelbench/grader-tirx:0.1.0")
     s.add_argument("--wall-limit", type=float, default=1800.0, help="seconds per evaluation, then TIMEOUT")
+    s.add_argument("--compile-timeout", type=float, default=None,
+                   help="seconds for a kernel file's import and DSL compile (default: mkb grade's)")
+    s.add_argument("--call-timeout", type=float, default=None, help="seconds per call (default: mkb grade's)")
     s.add_argument("--small", action="store_true", help="grade at the small workloads (CPU tests only)")
     for name in ("draws", "warmup", "timed", "rechecks"):
         s.add_argument(f"--{name}", type=int, default=None, help="override the contract (tests only)")

@@ -61,6 +61,9 @@ class GradeSettings:
     timed: int | None = None
     rechecks: int | None = None
     wall_limit_s: float = 1800.0
+    # the grader's compile and call budgets (None: GradeConfig's defaults, as ``mkb grade`` uses)
+    compile_timeout_s: float | None = None
+    call_timeout_s: float | None = None
 
     def runner_flags(self) -> list[str]:
         flags = ["--small"] if self.small else []
@@ -68,6 +71,9 @@ class GradeSettings:
             value = getattr(self, name)
             if value is not None:
                 flags += [f"--{name}", str(value)]
+        for flag, value in (("--compile-timeout", self.compile_timeout_s), ("--call-timeout", self.call_timeout_s)):
+            if value is not None:
+                flags += [flag, repr(float(value))]
         return flags
 
 

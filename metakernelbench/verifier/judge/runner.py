@@ -65,6 +65,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--timed", type=int, default=None)
     p.add_argument("--rechecks", type=int, default=None)
+    p.add_argument("--compile-timeout", type=float, default=None, help="the compile budget, seconds")
+    p.add_argument("--call-timeout", type=float, default=None, help="the call budget, seconds")
     return p.parse_args(argv)
 
 
@@ -96,7 +98,9 @@ def _start_workers_early(args: argparse.Namespace):
 
 def _overrides(args: argparse.Namespace) -> dict:
     return {k: v for k, v in (("correctness_draws", args.draws), ("warmup", args.warmup),
-                              ("timed", args.timed), ("rechecks", args.rechecks)) if v is not None}
+                              ("timed", args.timed), ("rechecks", args.rechecks),
+                              ("compile_timeout_s", args.compile_timeout), ("call_timeout_s", args.call_timeout))
+            if v is not None}
 
 
 def main(argv: list[str] | None = None) -> int:

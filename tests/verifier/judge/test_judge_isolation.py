@@ -278,3 +278,17 @@ def test_the_runner_gets_pci_order_device_numbering(tmp_path):
         emit({{"result": {{**result, "message": os.environ.get("CUDA_DEVICE_ORDER", "unset")}}}})
     """)
     assert out.result["message"] == "PCI_BUS_ID"
+
+
+def test_the_judges_budgets_reach_the_graders_config():
+    """``serve --compile-timeout/--call-timeout`` travel to each evaluation's runner as flags and become
+    its ``GradeConfig``; without them the runner keeps ``mkb grade``'s defaults."""
+    from metakernelbench.verifier.judge.runner import _overrides, parse_args
+    from metakernelbench.verifier.launch import GradeConfig
+
+    base = ["--problem", "28", "--dsl", "tirx", "--kernel", "kernel.py"]
+    flags = GradeSettings(compile_timeout_s=30, call_timeout_s=7.5).runner_flags()
+    config = GradeConfig(**_overrides(parse_args(base + flags)))
+    assert (config.compile_timeout_s, config.call_timeout_s) == (30.0, 7.5)
+    assert GradeSettings().runner_flags() == []
+    assert GradeConfig(**_overrides(parse_args(base))) == GradeConfig()
