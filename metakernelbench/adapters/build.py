@@ -2,7 +2,9 @@
 
 ``build`` rewrites each selected task folder from scratch (so a file dropped from the templates
 disappears too), removes the folders of problems that no longer exist, and rewrites
-``tasks/dataset.toml`` and ``tasks/metric.py`` from the folders now present. ``check`` renders
+``tasks/dataset.toml`` and ``tasks/metric.py`` from the folders now present (with the repository
+root given: also ``registry.json``, ``images/`` and ``adapters/adapter_metadata.json``, whose counts
+come from those folders, so adding a problem file edits nothing else by hand). ``check`` renders
 into a temporary directory and lists every path whose bytes or executable bit differ, every
 missing or stale folder and a stale manifest; CI runs it, so a hand edit under tasks/ or a
 forgotten rebuild fails the build.
@@ -22,6 +24,8 @@ from pathlib import Path
 
 from metakernelbench.problems import Problem, ProblemError, load_problem, problem_paths
 
+from .adapter_metadata import PATH as ADAPTER_METADATA
+from .adapter_metadata import adapter_metadata_json
 from .dsl import DSLS
 from .manifest import manifest_toml, metric_bytes
 from .registry import registry_json
@@ -161,6 +165,8 @@ def build(problems_root: Path, out: Path, manifest: Path, oracles: Path,
     if images is not None:
         write_images(images)
         (images / "registry.json").write_text(registry_json(present))
+        (images / ADAPTER_METADATA).parent.mkdir(parents=True, exist_ok=True)
+        (images / ADAPTER_METADATA).write_text(adapter_metadata_json(present, problems_root))
     return report
 
 
@@ -219,6 +225,10 @@ def check(problems_root: Path, out: Path, manifest: Path, oracles: Path,
             registry = images / "registry.json"
             if not registry.is_file() or registry.read_text() != registry_json([fresh / n for n in names]):
                 differences.append("changed  registry.json")
+            metadata = images / ADAPTER_METADATA
+            want_metadata = adapter_metadata_json([fresh / n for n in names], problems_root)
+            if not metadata.is_file() or metadata.read_text() != want_metadata:
+                differences.append(f"changed  {ADAPTER_METADATA.as_posix()}")
         want = manifest_toml([fresh / n for n in names])
         if not manifest.is_file():
             differences.append(f"missing  {manifest.name}")
