@@ -15,6 +15,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from metakernelbench.problems import REPO_ROOT
+
 from . import config
 
 PATH = Path("adapters") / "adapter_metadata.json"
@@ -65,10 +67,11 @@ def has_oracle(task_dir: Path) -> bool:
 
 def published_tasks(problems_root: Path) -> int:
     """The original benchmark's size: two tasks per problem of ``problems/catalog.toml``, the record of
-    the published problems (a problem added here later is ours, not the original's)."""
+    the published problems (a problem added here later is ours, not the original's). A problems tree
+    without its own catalogue (a partial copy) is measured against the repository's."""
     catalog = problems_root / "catalog.toml"
     if not catalog.is_file():
-        raise FileNotFoundError(f"{catalog}: the catalogue of the published problems is missing")
+        catalog = REPO_ROOT / "problems" / "catalog.toml"
     return 2 * len(tomllib.loads(catalog.read_text())["problem"])
 
 

@@ -3,8 +3,9 @@
 ``build`` rewrites each selected task folder from scratch (so a file dropped from the templates
 disappears too), removes the folders of problems that no longer exist, and rewrites
 ``tasks/dataset.toml`` and ``tasks/metric.py`` from the folders now present (with the repository
-root given: also ``registry.json``, ``images/`` and ``adapters/adapter_metadata.json``, whose counts
-come from those folders, so adding a problem file edits nothing else by hand). ``check`` renders
+root given: also ``registry.json``, ``images/``, ``adapters/adapter_metadata.json``, whose counts
+come from those folders, so adding a problem file edits nothing else by hand, and the top-level
+``dataset.toml``, a link to ``tasks/dataset.toml``). ``check`` renders
 into a temporary directory and lists every path whose bytes or executable bit differ, every
 missing or stale folder and a stale manifest; CI runs it, so a hand edit under tasks/ or a
 forgotten rebuild fails the build.
@@ -16,6 +17,7 @@ copy) would be published and run with the rest but graded by nothing the benchma
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -126,6 +128,35 @@ def write_dataset_files(manifest: Path, task_dirs: list[Path]) -> None:
     (manifest.parent / METRIC_FILE).write_bytes(metric_bytes())
 
 
+TOP_MANIFEST = "dataset.toml"  # at the repository root (the design card's layout): a link to tasks/dataset.toml
+
+
+def link_top_manifest(root: Path, manifest: Path) -> None:
+    """``root/dataset.toml``: a relative symbolic link to ``manifest``, so the manifest the design card
+    places at the top level and the one Harbor reads beside the tasks are one file, never two copies."""
+    link = root / TOP_MANIFEST
+    if link.absolute() == manifest.absolute():  # the manifest itself is written at the top level
+        return
+    target = Path(os.path.relpath(manifest.resolve(), root.resolve()))
+    if link.is_symlink() or link.exists():
+        if link.is_symlink() and Path(os.readlink(link)) == target:
+            return
+        link.unlink()
+    link.symlink_to(target)
+
+
+def check_top_manifest(root: Path, manifest: Path) -> list[str]:
+    """A difference when ``root/dataset.toml`` is not the link to ``manifest``."""
+    link = root / TOP_MANIFEST
+    if link.absolute() == manifest.absolute():
+        return []
+    if not link.is_symlink():
+        return [f"{'changed' if link.exists() else 'missing'}  {TOP_MANIFEST} (a link to {manifest.as_posix()})"]
+    if link.resolve() != manifest.resolve():
+        return [f"changed  {TOP_MANIFEST} (links to {os.readlink(link)}, not {manifest.as_posix()})"]
+    return []
+
+
 def write_images(root: Path) -> None:
     """Write ``images/`` (grader, judge) under ``root`` (the repository root)."""
     for rel, item in image_files().items():
@@ -167,6 +198,7 @@ def build(problems_root: Path, out: Path, manifest: Path, oracles: Path,
         (images / "registry.json").write_text(registry_json(present))
         (images / ADAPTER_METADATA).parent.mkdir(parents=True, exist_ok=True)
         (images / ADAPTER_METADATA).write_text(adapter_metadata_json(present, problems_root))
+        link_top_manifest(images, manifest)
     return report
 
 
@@ -229,6 +261,7 @@ def check(problems_root: Path, out: Path, manifest: Path, oracles: Path,
             want_metadata = adapter_metadata_json([fresh / n for n in names], problems_root)
             if not metadata.is_file() or metadata.read_text() != want_metadata:
                 differences.append(f"changed  {ADAPTER_METADATA.as_posix()}")
+            differences += check_top_manifest(images, manifest)
         want = manifest_toml([fresh / n for n in names])
         if not manifest.is_file():
             differences.append(f"missing  {manifest.name}")

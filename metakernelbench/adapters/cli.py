@@ -79,7 +79,8 @@ def register(app: typer.Typer) -> None:
     def registry_command(
         out: Path = typer.Option(Path.home() / ".cache" / "metakernelbench" / "registry.json", "--out", "-o",
                                  help="Registry file to write."),
-        tasks: Path = typer.Option(Path("tasks"), "--tasks", help="Folder of generated task folders."),
+        tasks: Path = typer.Option(None, "--tasks", help="Folder of generated task folders [default: the "
+                                   "checkout's tasks/, whatever the current folder]."),
         git_url: str = typer.Option(None, "--git-url", help="Pin every task to this public git repository "
                                     "(with --commit) instead of absolute local paths: the published form."),
         commit: str = typer.Option(None, "--commit", help="Full commit id the --git-url entries are pinned to."),
@@ -92,9 +93,12 @@ def register(app: typer.Typer) -> None:
         """
         import shutil
 
+        from metakernelbench.problems import REPO_ROOT
+
         from .build import TASK_DIR
         from .registry import git_registry_json, local_registry_json
 
+        tasks = REPO_ROOT / "tasks" if tasks is None else tasks
         task_dirs = sorted(p for p in tasks.iterdir() if p.is_dir() and TASK_DIR.match(p.name)) \
             if tasks.is_dir() else []
         if not task_dirs:

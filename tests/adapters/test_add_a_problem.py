@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 
 from adapters_support import ORACLES
 from harbor.models.task.task import Task
@@ -85,7 +86,8 @@ def test_a_new_problem_needs_one_file_and_the_generator(tmp_path):
     metadata = json.loads((tmp_path / "adapters" / "adapter_metadata.json").read_text())[0]
     assert metadata["harbor_adapter"][0]["adapted_benchmark_size"] == n_tasks
     assert metadata["harbor_adapter"][0]["registry_benchmark_size"] == n_tasks
-    assert metadata["original_benchmark"][0]["size"] == n_tasks - 2  # the original's: the catalogue's problems
+    published = tomllib.loads((problems / "catalog.toml").read_text())["problem"]
+    assert metadata["original_benchmark"][0]["size"] == 2 * len(published)  # the original's, not ours
 
     env = {**os.environ, "MKB_PROBLEMS_DIR": str(problems)}
     tests = [str(REPO_ROOT / "tests" / "problems"), str(REPO_ROOT / "tests" / "skill_transfer" / "test_st_families.py")]
