@@ -28,6 +28,7 @@ from metakernelbench.problems import Problem, ProblemError, load_problem, proble
 
 from .adapter_metadata import PATH as ADAPTER_METADATA
 from .adapter_metadata import adapter_metadata_json
+from .dataset_readme import dataset_readme
 from .dsl import DSLS
 from .manifest import manifest_toml, metric_bytes
 from .registry import registry_json
@@ -37,6 +38,7 @@ from .render import TaskFile, image_files, render_task, task_dir_name
 TASK_DIR = re.compile(r"^\d{2}_[a-z0-9_]+_(cutedsl|tirx)$")
 _IGNORED = ("__pycache__", ".pyc")
 METRIC_FILE = "metric.py"  # beside the manifest: Harbor's dataset-level metric file
+README_FILE = "README.md"  # beside the manifest: the dataset's README, which Harbor publishes with it
 FOREIGN_HINT = ("not generated from a problem: every task is rendered from problems/<family>/<NN>_<slug>.py "
                 "by `mkb build` (docs/adding-a-problem.md); remove the folder or write it as a problem")
 
@@ -122,10 +124,11 @@ def foreign_dirs(out: Path) -> list[str]:
 
 
 def write_dataset_files(manifest: Path, task_dirs: list[Path]) -> None:
-    """``dataset.toml`` for ``task_dirs`` and ``metric.py`` beside it."""
+    """``dataset.toml`` for ``task_dirs``, and ``metric.py`` and ``README.md`` beside it."""
     manifest.parent.mkdir(parents=True, exist_ok=True)
     manifest.write_text(manifest_toml(task_dirs))
     (manifest.parent / METRIC_FILE).write_bytes(metric_bytes())
+    (manifest.parent / README_FILE).write_text(dataset_readme(task_dirs))
 
 
 TOP_MANIFEST = "dataset.toml"  # at the repository root (the design card's layout): a link to tasks/dataset.toml
@@ -272,4 +275,9 @@ def check(problems_root: Path, out: Path, manifest: Path, oracles: Path,
             differences.append(f"missing  {METRIC_FILE}")
         elif metric.read_bytes() != metric_bytes():
             differences.append(f"changed  {METRIC_FILE}")
+        readme = manifest.parent / README_FILE
+        if not readme.is_file():
+            differences.append(f"missing  {README_FILE}")
+        elif readme.read_text() != dataset_readme([fresh / n for n in names]):
+            differences.append(f"changed  {README_FILE}")
     return differences
