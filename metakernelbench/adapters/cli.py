@@ -79,8 +79,8 @@ def register(app: typer.Typer) -> None:
     def registry_command(
         out: Path = typer.Option(Path.home() / ".cache" / "metakernelbench" / "registry.json", "--out", "-o",
                                  help="Registry file to write."),
-        tasks: Path = typer.Option(None, "--tasks", help="Folder of generated task folders [default: the "
-                                   "checkout's tasks/, whatever the current folder]."),
+        tasks: Path = typer.Option(None, "--tasks", help="Folder of generated task folders (default: "
+                                   "the checkout's tasks/, whatever the current folder)."),
         git_url: str = typer.Option(None, "--git-url", help="Pin every task to this public git repository "
                                     "(with --commit) instead of absolute local paths: the published form."),
         commit: str = typer.Option(None, "--commit", help="Full commit id the --git-url entries are pinned to."),

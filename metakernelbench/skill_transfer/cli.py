@@ -240,15 +240,15 @@ def check_submission_cmd(
 
 def submission_cmd(
     jobs: list[Path] = typer.Argument(..., help="The finished Harbor job folders (all four arms)."),
-    tasks: Path = typer.Option(None, "--tasks", help="The published tasks to check against [default: the "
-                               "checkout's tasks/]."),
+    tasks: Path = typer.Option(None, "--tasks", help="The published tasks to check against "
+                               "(default: the checkout's tasks/)."),
     out: Path = typer.Option(Path("submission"), "--out", "-o", help="Bundle folder to write (must not exist)."),
 ) -> None:
     """Check finished job folders against the leaderboard protocol and write the submission bundle.
 
-    The bundle holds a copy of each job folder (what `harbor upload` takes), the leaderboard row
-    (leaderboard-row.yaml), submission.json and UPLOAD.md with the exact upload commands. Nothing
-    is written when the check finds a departure (exit 1).
+    The bundle: the job folders (for `harbor upload`), leaderboard-row.yaml, submission.json, UPLOAD.md.
+
+    Nothing is written when the check finds a departure (exit 1).
     """
     from metakernelbench.problems import REPO_ROOT
 
