@@ -6,7 +6,7 @@ temporary folder in a private mount namespace), with a checkout of the original 
 commit ``problems/catalog.toml`` names, brought there as a folder (the host needs no network):
 
     python3 benchmarks/h200_parity.py --original /path/to/MetaKernelBench --runs 3 \\
-        --out results/h200/parity.json --experiment adapters/parity_experiment.json
+        --out results/h200/parity.json --experiment adapters/metakernelbench/parity_experiment.json
 
 The original's code is run from its own checkout as an external tool (its ``template/grader.py``
 and ``template/contract.py`` beside the problem file as ``task.py``, as its ``build.py`` lays out a
@@ -104,7 +104,7 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--only", nargs="*", default=[], help="problem ids (e.g. 28 25); default: every shared one")
     p.add_argument("--out", type=Path, default=REPO / "results" / "h200" / "parity.json")
-    p.add_argument("--experiment", type=Path, default=REPO / "adapters" / "parity_experiment.json")
+    p.add_argument("--experiment", type=Path, default=REPO / "adapters" / "metakernelbench" / "parity_experiment.json")
     p.add_argument("--notes", default="", help="what explains a difference (written into the file's notes)")
     args = p.parse_args()
     chosen = pairs(args.original, args.only)

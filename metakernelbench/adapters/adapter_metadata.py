@@ -1,4 +1,4 @@
-"""``adapters/adapter_metadata.json``: Harbor's adapter record, derived from the generated tasks.
+"""``adapters/metakernelbench/adapter_metadata.json``: Harbor's adapter record, derived from the generated tasks.
 
 Harbor's adapter template keeps task counts and oracle coverage in this file. Written by hand, those
 numbers go stale the moment a problem file is added (``mkb build`` makes two more tasks, the file
@@ -19,7 +19,7 @@ from metakernelbench.problems import REPO_ROOT
 
 from . import config
 
-PATH = Path("adapters") / "adapter_metadata.json"
+PATH = Path("adapters") / "metakernelbench" / "adapter_metadata.json"  # the adapter's folder in Harbor's layout
 
 
 class OriginalBenchmark(BaseModel):

@@ -3,7 +3,7 @@
 ``build`` rewrites each selected task folder from scratch (so a file dropped from the templates
 disappears too), removes the folders of problems that no longer exist, and rewrites
 ``tasks/dataset.toml`` and ``tasks/metric.py`` from the folders now present (with the repository
-root given: also ``registry.json``, ``images/``, ``adapters/adapter_metadata.json``, whose counts
+root given: also ``registry.json``, ``images/``, ``adapters/metakernelbench/adapter_metadata.json``, whose counts
 come from those folders, so adding a problem file edits nothing else by hand, and the top-level
 ``dataset.toml``, a link to ``tasks/dataset.toml``). ``check`` renders
 into a temporary directory and lists every path whose bytes or executable bit differ, every

@@ -14,10 +14,12 @@ def register(app: typer.Typer) -> None:
 
     @app.command("build")
     def build_command(
-        out: Path = typer.Option(Path("tasks"), "--out", help="Folder of generated task folders."),
+        out: Path = typer.Option(Path("tasks"), "--out", "--output-dir",
+                                 help="Folder of generated task folders (--output-dir: Harbor's adapter name)."),
         problems: Path = typer.Option(Path("problems"), "--problems", help="Problem files root."),
         only: list[str] | None = typer.Option(
-            None, "--only", help="Only this problem (id, stem or task name); repeatable."
+            None, "--only", "--task-ids", help="Only this problem (id, stem or task name); repeatable "
+            "(--task-ids: Harbor's adapter name)."
         ),
         check: bool = typer.Option(
             False, "--check", help="Render into a temporary folder and list every difference; "

@@ -1,4 +1,4 @@
-"""``adapters/parity_experiment.json``: the same oracle kernels graded by this grader and by the
+"""``adapters/metakernelbench/parity_experiment.json``: the same oracle kernels graded by this grader and by the
 original benchmark's grader, in Harbor's parity form.
 
 Harbor's adapter process asks for parity figures (``parity_experiment.json``: per metric the

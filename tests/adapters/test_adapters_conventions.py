@@ -9,7 +9,7 @@ import harbor
 from metakernelbench.adapters import config
 from metakernelbench.problems import REPO_ROOT, problem_paths
 
-ADAPTER = REPO_ROOT / "adapters"
+ADAPTER = REPO_ROOT / "adapters" / "metakernelbench"  # Harbor's layout: adapters/<adapter id>/
 TEMPLATE = Path(harbor.__file__).parent / "cli" / "template-adapter"
 
 

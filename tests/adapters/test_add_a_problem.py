@@ -3,7 +3,7 @@
 The test copies the problems tree, writes a throwaway problem file (a family folder the benchmark
 already has, no catalogue entry, no oracle), runs the generator on the copy and then the problem
 and family tests against the copy (``MKB_PROBLEMS_DIR``). No count, id range or catalogue entry
-may stand in the way, and every count the generator writes (``adapters/adapter_metadata.json``)
+may stand in the way, and every count the generator writes (``adapters/metakernelbench/adapter_metadata.json``)
 follows the new problem.
 
 The throwaway problem takes the highest free id, counting down from 99, so it never collides with
@@ -83,7 +83,7 @@ def test_a_new_problem_needs_one_file_and_the_generator(tmp_path):
         assert Task.is_valid_dir(out / name)
     assert f"{stem}_tirx" in (tmp_path / "registry.json").read_text()
     n_tasks = 2 * len(problem_paths(problems))
-    metadata = json.loads((tmp_path / "adapters" / "adapter_metadata.json").read_text())[0]
+    metadata = json.loads((tmp_path / "adapters" / "metakernelbench" / "adapter_metadata.json").read_text())[0]
     assert metadata["harbor_adapter"][0]["adapted_benchmark_size"] == n_tasks
     assert metadata["harbor_adapter"][0]["registry_benchmark_size"] == n_tasks
     published = tomllib.loads((problems / "catalog.toml").read_text())["problem"]
