@@ -2,7 +2,10 @@
 
 ``build`` rewrites each selected task folder from scratch (so a file dropped from the templates
 disappears too), removes the folders of problems that no longer exist, and rewrites
-``tasks/dataset.toml`` and ``tasks/metric.py`` from the folders now present. ``check`` renders
+``tasks/dataset.toml`` and ``tasks/metric.py`` from the folders now present (with the repository
+root given: also ``registry.json``, ``images/``, ``adapters/metakernelbench/adapter_metadata.json``, whose counts
+come from those folders, so adding a problem file edits nothing else by hand, and the top-level
+``dataset.toml``, a link to ``tasks/dataset.toml``). ``check`` renders
 into a temporary directory and lists every path whose bytes or executable bit differ, every
 missing or stale folder and a stale manifest; CI runs it, so a hand edit under tasks/ or a
 forgotten rebuild fails the build.
@@ -14,6 +17,7 @@ copy) would be published and run with the rest but graded by nothing the benchma
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -22,6 +26,9 @@ from pathlib import Path
 
 from metakernelbench.problems import Problem, ProblemError, load_problem, problem_paths
 
+from .adapter_metadata import PATH as ADAPTER_METADATA
+from .adapter_metadata import adapter_metadata_json
+from .dataset_readme import dataset_readme
 from .dsl import DSLS
 from .manifest import manifest_toml, metric_bytes
 from .registry import registry_json
@@ -31,6 +38,7 @@ from .render import TaskFile, image_files, render_task, task_dir_name
 TASK_DIR = re.compile(r"^\d{2}_[a-z0-9_]+_(cutedsl|tirx)$")
 _IGNORED = ("__pycache__", ".pyc")
 METRIC_FILE = "metric.py"  # beside the manifest: Harbor's dataset-level metric file
+README_FILE = "README.md"  # beside the manifest: the dataset's README, which Harbor publishes with it
 FOREIGN_HINT = ("not generated from a problem: every task is rendered from problems/<family>/<NN>_<slug>.py "
                 "by `mkb build` (docs/adding-a-problem.md); remove the folder or write it as a problem")
 
@@ -116,10 +124,40 @@ def foreign_dirs(out: Path) -> list[str]:
 
 
 def write_dataset_files(manifest: Path, task_dirs: list[Path]) -> None:
-    """``dataset.toml`` for ``task_dirs`` and ``metric.py`` beside it."""
+    """``dataset.toml`` for ``task_dirs``, and ``metric.py`` and ``README.md`` beside it."""
     manifest.parent.mkdir(parents=True, exist_ok=True)
     manifest.write_text(manifest_toml(task_dirs))
     (manifest.parent / METRIC_FILE).write_bytes(metric_bytes())
+    (manifest.parent / README_FILE).write_text(dataset_readme(task_dirs))
+
+
+TOP_MANIFEST = "dataset.toml"  # at the repository root (the design card's layout): a link to tasks/dataset.toml
+
+
+def link_top_manifest(root: Path, manifest: Path) -> None:
+    """``root/dataset.toml``: a relative symbolic link to ``manifest``, so the manifest the design card
+    places at the top level and the one Harbor reads beside the tasks are one file, never two copies."""
+    link = root / TOP_MANIFEST
+    if link.absolute() == manifest.absolute():  # the manifest itself is written at the top level
+        return
+    target = Path(os.path.relpath(manifest.resolve(), root.resolve()))
+    if link.is_symlink() or link.exists():
+        if link.is_symlink() and Path(os.readlink(link)) == target:
+            return
+        link.unlink()
+    link.symlink_to(target)
+
+
+def check_top_manifest(root: Path, manifest: Path) -> list[str]:
+    """A difference when ``root/dataset.toml`` is not the link to ``manifest``."""
+    link = root / TOP_MANIFEST
+    if link.absolute() == manifest.absolute():
+        return []
+    if not link.is_symlink():
+        return [f"{'changed' if link.exists() else 'missing'}  {TOP_MANIFEST} (a link to {manifest.as_posix()})"]
+    if link.resolve() != manifest.resolve():
+        return [f"changed  {TOP_MANIFEST} (links to {os.readlink(link)}, not {manifest.as_posix()})"]
+    return []
 
 
 def write_images(root: Path) -> None:
@@ -161,6 +199,9 @@ def build(problems_root: Path, out: Path, manifest: Path, oracles: Path,
     if images is not None:
         write_images(images)
         (images / "registry.json").write_text(registry_json(present))
+        (images / ADAPTER_METADATA).parent.mkdir(parents=True, exist_ok=True)
+        (images / ADAPTER_METADATA).write_text(adapter_metadata_json(present, problems_root))
+        link_top_manifest(images, manifest)
     return report
 
 
@@ -219,6 +260,11 @@ def check(problems_root: Path, out: Path, manifest: Path, oracles: Path,
             registry = images / "registry.json"
             if not registry.is_file() or registry.read_text() != registry_json([fresh / n for n in names]):
                 differences.append("changed  registry.json")
+            metadata = images / ADAPTER_METADATA
+            want_metadata = adapter_metadata_json([fresh / n for n in names], problems_root)
+            if not metadata.is_file() or metadata.read_text() != want_metadata:
+                differences.append(f"changed  {ADAPTER_METADATA.as_posix()}")
+            differences += check_top_manifest(images, manifest)
         want = manifest_toml([fresh / n for n in names])
         if not manifest.is_file():
             differences.append(f"missing  {manifest.name}")
@@ -229,4 +275,9 @@ def check(problems_root: Path, out: Path, manifest: Path, oracles: Path,
             differences.append(f"missing  {METRIC_FILE}")
         elif metric.read_bytes() != metric_bytes():
             differences.append(f"changed  {METRIC_FILE}")
+        readme = manifest.parent / README_FILE
+        if not readme.is_file():
+            differences.append(f"missing  {README_FILE}")
+        elif readme.read_text() != dataset_readme([fresh / n for n in names]):
+            differences.append(f"changed  {README_FILE}")
     return differences

@@ -14,10 +14,12 @@ def register(app: typer.Typer) -> None:
 
     @app.command("build")
     def build_command(
-        out: Path = typer.Option(Path("tasks"), "--out", help="Folder of generated task folders."),
+        out: Path = typer.Option(Path("tasks"), "--out", "--output-dir",
+                                 help="Folder of generated task folders (--output-dir: Harbor's adapter name)."),
         problems: Path = typer.Option(Path("problems"), "--problems", help="Problem files root."),
         only: list[str] | None = typer.Option(
-            None, "--only", help="Only this problem (id, stem or task name); repeatable."
+            None, "--only", "--task-ids", help="Only this problem (id, stem or task name); repeatable "
+            "(--task-ids: Harbor's adapter name)."
         ),
         check: bool = typer.Option(
             False, "--check", help="Render into a temporary folder and list every difference; "
@@ -79,7 +81,8 @@ def register(app: typer.Typer) -> None:
     def registry_command(
         out: Path = typer.Option(Path.home() / ".cache" / "metakernelbench" / "registry.json", "--out", "-o",
                                  help="Registry file to write."),
-        tasks: Path = typer.Option(Path("tasks"), "--tasks", help="Folder of generated task folders."),
+        tasks: Path = typer.Option(None, "--tasks", help="Folder of generated task folders (default: "
+                                   "the checkout's tasks/, whatever the current folder)."),
         git_url: str = typer.Option(None, "--git-url", help="Pin every task to this public git repository "
                                     "(with --commit) instead of absolute local paths: the published form."),
         commit: str = typer.Option(None, "--commit", help="Full commit id the --git-url entries are pinned to."),
@@ -92,9 +95,12 @@ def register(app: typer.Typer) -> None:
         """
         import shutil
 
+        from metakernelbench.problems import REPO_ROOT
+
         from .build import TASK_DIR
         from .registry import git_registry_json, local_registry_json
 
+        tasks = REPO_ROOT / "tasks" if tasks is None else tasks
         task_dirs = sorted(p for p in tasks.iterdir() if p.is_dir() and TASK_DIR.match(p.name)) \
             if tasks.is_dir() else []
         if not task_dirs:

@@ -11,8 +11,14 @@ Three forms of one entry, each validated with Harbor's own ``DatasetSpec`` befor
 - a git registry (``mkb registry --git-url URL --commit SHA``): every task pinned to a commit of a
   public repository, the form a published registry (Harbor's own ``registry.json``) holds.
 
+Every task is listed under its Harbor name, ``metakernelbench/<NN>_<slug>_<dsl>`` (the ``[task] name``
+of its task.toml and of ``dataset.toml``): one name per task everywhere. Harbor uses a registry
+entry's name only as a label; ``-i``/``-x`` filters match the task's folder name on every route.
+
 The dataset metric (``tasks/metric.py``, a ``uv-script`` metric) needs a path Harbor can open where
-the job runs, so only the local form can name it; the others keep Harbor's ``mean``.
+the job runs, so only the local form can name it. The others declare no metric (Harbor's default for
+a registry entry): a job config's metric (``-c configs/metric.yaml``) is then the job's only one,
+while a declared ``mean`` would come first and average all six reward keys.
 """
 
 from __future__ import annotations
@@ -26,6 +32,11 @@ from harbor.models.registry import DatasetSpec
 from . import config
 
 REGISTRY_NAME = config.DATASET_NAME
+
+
+def task_name(task_dir: Path) -> str:
+    """The task's Harbor name, ``metakernelbench/<folder>``, as its task.toml and dataset.toml give it."""
+    return f"{config.ORG}/{task_dir.name}"
 
 
 def _spec(tasks: list[dict], metrics: list[dict]) -> str:
@@ -42,24 +53,25 @@ def _spec(tasks: list[dict], metrics: list[dict]) -> str:
 
 def registry_json(task_dirs: list[Path]) -> str:
     """The committed registry: paths relative to the repository root (``tasks/<name>``)."""
-    tasks = [{"name": d.name, "path": f"tasks/{d.name}", "git_url": None, "git_commit_id": None}
+    tasks = [{"name": task_name(d), "path": f"tasks/{d.name}", "git_url": None, "git_commit_id": None}
              for d in sorted(task_dirs)]
-    return _spec(tasks, [{"type": "mean"}])
+    return _spec(tasks, [])
 
 
 def local_registry_json(tasks_dir: Path, task_dirs: list[Path], with_metric: bool) -> str:
     """A registry whose task paths are absolute, so it does not depend on the current folder.
 
-    ``with_metric`` names ``tasks_dir/metric.py`` as the dataset's first metric (Harbor runs it with
-    ``uv``, so only when ``uv`` is installed); otherwise Harbor's ``mean`` is used.
+    ``with_metric`` names ``tasks_dir/metric.py`` as the dataset's metric (Harbor runs it with
+    ``uv``, so only when ``uv`` is installed); otherwise none is declared and Harbor falls back to
+    its ``mean`` unless the job config names one.
     """
     root = tasks_dir.resolve()
-    tasks = [{"name": d.name, "path": str(root / d.name), "git_url": None, "git_commit_id": None}
+    tasks = [{"name": task_name(d), "path": str(root / d.name), "git_url": None, "git_commit_id": None}
              for d in sorted(task_dirs)]
     metric = root / DatasetPaths.METRIC_FILENAME
     if with_metric and not metric.is_file():
         raise FileNotFoundError(f"{metric} not found: run `mkb build` first")
-    metrics = [{"type": "uv-script", "kwargs": {"script_path": str(metric)}}] if with_metric else [{"type": "mean"}]
+    metrics = [{"type": "uv-script", "kwargs": {"script_path": str(metric)}}] if with_metric else []
     return _spec(tasks, metrics)
 
 
@@ -67,6 +79,6 @@ def git_registry_json(task_dirs: list[Path], git_url: str, commit: str, tasks_su
     """A registry pinning every task to ``commit`` of ``git_url`` (what a published registry holds)."""
     if len(commit) != 40 or any(c not in "0123456789abcdef" for c in commit.lower()):
         raise ValueError(f"--commit must be a full 40-character commit id, got {commit!r}")
-    tasks = [{"name": d.name, "path": f"{tasks_subdir}/{d.name}", "git_url": git_url, "git_commit_id": commit}
+    tasks = [{"name": task_name(d), "path": f"{tasks_subdir}/{d.name}", "git_url": git_url, "git_commit_id": commit}
              for d in sorted(task_dirs)]
-    return _spec(tasks, [{"type": "mean"}])
+    return _spec(tasks, [])

@@ -7,7 +7,7 @@ bytes. Nothing here reads a clock or an unordered listing, so two renders are id
 
 Layout of a task (``tasks/<NN>_<slug>_<dsl>/``)::
 
-    instruction.md  task.toml
+    README.md       instruction.md  task.toml
     environment/    Dockerfile, docker-compose.yaml (Docker mode: private network + judge relay),
                     problem.py, metakernelbench/ (problem_kit, the `submit` client, the static rules
                     `check` applies), submit, check,
@@ -42,7 +42,9 @@ from metakernelbench.problems import Problem, oracle_file
 
 from . import config
 from .dsl import DSLS, Dsl
+from .estimates import Estimate, estimate
 from .instructions import instruction_md
+from .task_readme import task_readme
 from .templating import render, template_text
 
 # The judge client modules copied into the images (standard library only): sandbox and verifier.
@@ -114,7 +116,17 @@ def _judge_host(url: str) -> str:
     return host
 
 
-def _task_toml(problem: Problem, dsl: Dsl, remote_judge: str | None = None) -> str:
+def _estimates_toml(found: Estimate) -> str:
+    """The ``[metadata]`` lines of the difficulty rule (no time estimates without an oracle)."""
+    lines = [f"difficulty = {_toml_str(found.difficulty)}"]
+    for key in ("expert_time_estimate_min", "junior_time_estimate_min", "oracle_code_lines"):
+        value = getattr(found, key)
+        if value is not None:
+            lines.append(f"{key} = {value}")
+    return "\n".join(lines)
+
+
+def _task_toml(problem: Problem, dsl: Dsl, found: Estimate, remote_judge: str | None = None) -> str:
     spec, prov = problem.spec, problem.spec.provenance
     keywords = ["metakernelbench", "gpu-kernels", spec.family, dsl.key]
     tags = [*keywords[1:], _tag(prov.source)]
@@ -125,6 +137,8 @@ def _task_toml(problem: Problem, dsl: Dsl, remote_judge: str | None = None) -> s
         "task.toml",
         problem_path=_problem_relpath(problem),
         task=_toml_str(task_name(problem, dsl)),
+        version=_toml_str(config.DATASET_VERSION),
+        estimates=_estimates_toml(found),
         description=_toml_str(f"{spec.title.rstrip('.')} ({dsl.name})"),
         keywords=json.dumps(keywords),
         authors=_toml_authors(),
@@ -317,9 +331,11 @@ def render_task(problem: Problem, dsl: Dsl, oracles_dir: Path,
     verifier may reach only the judge's host (Harbor's allowlist network mode).
     """
     task = task_name(problem, dsl)
+    found = estimate(oracle_path(problem, dsl, oracles_dir))
     files = {
+        "README.md": TaskFile.text(task_readme(problem, dsl, task, task_name(problem, dsl.other), found)),
         "instruction.md": TaskFile.text(instruction_md(problem, dsl, task)),
-        "task.toml": TaskFile.text(_task_toml(problem, dsl, remote_judge)),
+        "task.toml": TaskFile.text(_task_toml(problem, dsl, found, remote_judge)),
     }
     files |= _sandbox_files(problem, dsl, task)
     files |= _verifier_files(problem, dsl, task)

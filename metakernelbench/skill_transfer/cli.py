@@ -250,6 +250,43 @@ def check_submission_cmd(
     typer.echo("accepted")
 
 
+def submission_cmd(
+    jobs: list[Path] = typer.Argument(..., help="The finished Harbor job folders (all four arms)."),
+    tasks: Path = typer.Option(None, "--tasks", help="The published tasks to check against "
+                               "(default: the checkout's tasks/)."),
+    out: Path = typer.Option(Path("submission"), "--out", "-o", help="Bundle folder to write (must not exist)."),
+) -> None:
+    """Check finished job folders against the leaderboard protocol and write the submission bundle.
+
+    The bundle: the job folders (for `harbor upload`), leaderboard-row.yaml, submission.json, UPLOAD.md.
+
+    Nothing is written when the check finds a departure (exit 1).
+    """
+    from metakernelbench.problems import REPO_ROOT
+
+    from .bundle import RejectedSubmission, write_bundle
+
+    tasks = REPO_ROOT / "tasks" if tasks is None else tasks
+    if not (tasks / "dataset.toml").is_file():
+        typer.echo(f"error: {tasks} holds no dataset.toml (give the published tasks folder with --tasks)", err=True)
+        raise typer.Exit(2)
+    if out.exists():
+        typer.echo(f"error: {out} exists; give a new --out folder", err=True)
+        raise typer.Exit(2)
+    try:
+        submission = write_bundle(jobs, tasks, out)
+    except RejectedSubmission as exc:
+        for line in exc.problems:
+            typer.echo(line)
+        typer.echo(f"rejected: {exc}; nothing written", err=True)
+        raise typer.Exit(1) from exc
+    m = submission.metrics
+    typer.echo(f"accepted: {submission.trials} trial(s), {submission.agent} {submission.model or ''}".rstrip()
+               + f"; score {m['score']:.3f}, pass rate {m['pass_rate']:.3f}, "
+               f"geomean speedup {m['geomean_speedup']:.3f}, INFRA_ERROR {m['infra_errors']}")
+    typer.echo(f"wrote {out}/ (jobs/, leaderboard-row.yaml, submission.json, UPLOAD.md); next: {out}/UPLOAD.md")
+
+
 def register(app: typer.Typer) -> None:
     """Add this part's commands to the ``mkb`` app."""
     app.command("arms")(arms)
@@ -259,3 +296,4 @@ def register(app: typer.Typer) -> None:
     app.command("report")(report_cmd)
     app.command("skill-check")(skill_check)
     app.command("check-submission")(check_submission_cmd)
+    app.command("submission")(submission_cmd)

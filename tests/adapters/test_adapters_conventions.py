@@ -6,9 +6,10 @@ from pathlib import Path
 
 import harbor
 
-from metakernelbench.problems import REPO_ROOT
+from metakernelbench.adapters import config
+from metakernelbench.problems import REPO_ROOT, problem_paths
 
-ADAPTER = REPO_ROOT / "adapters"
+ADAPTER = REPO_ROOT / "adapters" / "metakernelbench"  # Harbor's layout: adapters/<adapter id>/
 TEMPLATE = Path(harbor.__file__).parent / "cli" / "template-adapter"
 
 
@@ -41,10 +42,28 @@ def test_adapter_readme_has_harbors_sections():
 
 
 def test_every_task_carries_the_standard_metadata():
-    for task_toml in sorted((REPO_ROOT / "tasks").glob("*/task.toml")):
+    task_tomls = sorted((REPO_ROOT / "tasks").glob("*/task.toml"))
+    assert len(task_tomls) == 2 * len(problem_paths(REPO_ROOT / "problems"))
+    for task_toml in task_tomls:
         data = tomllib.loads(task_toml.read_text())
         assert data["task"]["authors"] and data["task"]["keywords"], task_toml
+        assert data["task"]["version"] == config.DATASET_VERSION, task_toml
+        assert (task_toml.parent / "README.md").is_file(), task_toml
         meta = data["metadata"]
-        assert meta["difficulty"] in {"easy", "medium", "hard", "unknown"}, task_toml
+        # the difficulty rule needs an oracle kernel; every task that ships one has the full set
+        if (task_toml.parent / "solution" / "kernel.py").is_file():
+            assert meta["difficulty"] in {"easy", "medium", "hard"}, task_toml
+            assert 0 < meta["expert_time_estimate_min"] < meta["junior_time_estimate_min"], task_toml
+            assert meta["oracle_code_lines"] > 0, task_toml
+        else:
+            assert meta["difficulty"] == "unknown" and "expert_time_estimate_min" not in meta, task_toml
         assert meta["category"] and meta["tags"] and meta["source"] and meta["license"], task_toml
         assert meta["dsl"] in meta["tags"] and meta["family"] in meta["tags"], task_toml
+
+
+def test_the_published_tasks_all_have_derived_difficulty():
+    """Every task of a published problem (the catalogue's) ships an oracle, so none is "unknown"."""
+    published = {p["id"] for p in tomllib.loads((REPO_ROOT / "problems" / "catalog.toml").read_text())["problem"]}
+    for task_toml in sorted((REPO_ROOT / "tasks").glob("*/task.toml")):
+        if task_toml.parent.name[:2] in published:
+            assert tomllib.loads(task_toml.read_text())["metadata"]["difficulty"] != "unknown", task_toml

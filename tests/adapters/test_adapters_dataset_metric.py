@@ -12,9 +12,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+import yaml
 from harbor.job import Job
 from harbor.metrics.uv_script import UvScript
-from harbor.models.job.config import DatasetConfig
+from harbor.models.job.config import DatasetConfig, JobConfig
 
 from metakernelbench.adapters.dataset_metric import dataset_metric
 from metakernelbench.adapters.registry import local_registry_json
@@ -77,3 +78,35 @@ def test_local_registry_makes_it_the_first_metric(tmp_path):
     asyncio.run(Job._resolve_dataset_metrics(dataset, metrics, []))
     first = metrics["metakernelbench"][0]
     assert isinstance(first, UvScript) and Path(first._script_path) == METRIC.resolve()
+
+
+def _metrics_of(config: dict) -> dict:
+    """The metrics Harbor resolves per dataset for a job config (``Job._resolve_metrics``)."""
+    job = JobConfig.model_validate(config)
+
+    async def resolve():
+        task_configs = [t for d in job.datasets for t in await d.get_task_configs()]
+        return await Job._resolve_metrics(job, task_configs)
+
+    return asyncio.run(resolve())[0]
+
+
+def test_the_metric_layer_is_the_only_metric_of_a_path_run(monkeypatch):
+    """``harbor run -p tasks -c configs/metric.yaml``: the dataset metric, and no mean over reward keys."""
+    monkeypatch.chdir(REPO_ROOT)
+    layer = yaml.safe_load((REPO_ROOT / "configs" / "metric.yaml").read_text())
+    bare = _metrics_of({"datasets": [{"path": "tasks", "task_names": ["28_*"]}]})
+    assert [type(m).__name__ for m in bare["tasks"]] == ["Mean"]  # what a bare -p run shows
+    with_layer = _metrics_of({**layer, "datasets": [{"path": "tasks", "task_names": ["28_*"]}]})
+    assert [type(m) for m in with_layer["tasks"]] == [UvScript]
+
+
+def test_the_committed_registry_declares_no_mean(monkeypatch):
+    """``--repo``/``--registry-path registry.json``: no declared mean, so the metric layer is the only metric."""
+    monkeypatch.chdir(REPO_ROOT)
+    layer = yaml.safe_load((REPO_ROOT / "configs" / "metric.yaml").read_text())
+    dataset = {"name": "metakernelbench", "registry_path": str(REPO_ROOT / "registry.json"),
+               "task_names": ["28_*"]}
+    assert json.loads((REPO_ROOT / "registry.json").read_text())[0]["metrics"] == []
+    metrics = _metrics_of({**layer, "datasets": [dataset]})
+    assert [type(m) for m in metrics["metakernelbench"]] == [UvScript]

@@ -35,20 +35,25 @@ def test_one_dataset_name_in_the_manifest_and_the_registry():
     assert [entry["name"] for entry in registry] == [config.DATASET_NAME] == ["metakernelbench"]
     assert manifest.dataset.name == f"{config.ORG}/{registry[0]['name']}"
     assert manifest.dataset.version == registry[0]["version"]
-    in_registry = sorted(f"{config.ORG}/{t['name']}" for t in registry[0]["tasks"])
+    in_registry = sorted(t["name"] for t in registry[0]["tasks"])
     assert sorted(t.name for t in manifest.tasks) == in_registry and len(in_registry) == _n_tasks()
-    assert not (REPO_ROOT / "dataset.toml").exists()  # the manifest lives beside its tasks only
+    assert {t.split("/")[0] for t in in_registry} == {config.ORG}
+    # the design card's top-level manifest is the one Harbor reads beside the tasks: a link, not a copy
+    top = REPO_ROOT / "dataset.toml"
+    assert top.is_symlink() and top.resolve() == (TASKS / "dataset.toml").resolve()
 
 
 @pytest.mark.slow
-def test_harbor_run_dataset_dry_run_from_another_folder(tmp_path):
-    """The documented offline command resolves every task from a folder outside the checkout."""
-    registry = tmp_path / "registry.json"
-    made = CliRunner().invoke(app, ["registry", "--out", str(registry), "--tasks", str(TASKS)])
-    assert made.exit_code == 0, made.output
-    assert str(registry.resolve()) in made.output
+def test_harbor_run_dataset_dry_run_from_another_folder(tmp_path, monkeypatch):
+    """The documented offline command resolves every task from a folder outside the checkout
+    (``mkb registry`` run there too, with no ``--tasks``)."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    registry = tmp_path / "registry.json"
+    made = CliRunner().invoke(app, ["registry", "--out", str(registry)])
+    assert made.exit_code == 0, made.output
+    assert str(registry.resolve()) in made.output
     run = subprocess.run([str(HARBOR), "run", "--dataset", "metakernelbench", "--registry-path", str(registry),
                           "-a", "oracle", "-e", LOCAL_ENV, "--dry-run"],
                          capture_output=True, text=True, cwd=elsewhere, timeout=300)

@@ -36,6 +36,7 @@ def test_layout_of_a_task(built):
     files = _files(task)
     client = "metakernelbench/verifier/judge"
     assert files == [
+        "README.md",
         "environment/Dockerfile",
         "environment/budget.sh",
         "environment/check",

@@ -72,7 +72,9 @@ def test_registry_json_resolves_every_task(tmp_path, monkeypatch):
 def test_committed_registry_matches_the_tasks():
     data = json.loads((REPO_ROOT / "registry.json").read_text())
     names = sorted(t["name"] for t in data[0]["tasks"])
-    assert names == sorted(p.name for p in (REPO_ROOT / "tasks").iterdir() if (p / "task.toml").is_file())
+    folders = sorted(p.name for p in (REPO_ROOT / "tasks").iterdir() if (p / "task.toml").is_file())
+    assert names == [f"metakernelbench/{f}" for f in folders]  # each task's [task] name
+    assert sorted(Path(t["path"]).name for t in data[0]["tasks"]) == folders
     assert len(names) == 2 * len(problem_paths(REPO_ROOT / "problems"))  # both DSLs of every problem
 
 
