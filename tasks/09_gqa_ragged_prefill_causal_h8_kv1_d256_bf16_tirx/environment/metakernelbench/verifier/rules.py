@@ -164,12 +164,16 @@ QUALIFIED: dict[tuple[str, str], str] = {
 
 @dataclass(frozen=True)
 class RuleViolation:
-    line: int
+    """One broken rule; ``line`` is None when the rule is about the file as a whole (no ``solve``, no
+    DSL import), so no line is named rather than a line 0 the file does not have."""
+
+    line: int | None
     rule: str
     detail: str
 
     def __str__(self) -> str:
-        return f"line {self.line}: {self.rule} ({self.detail})"
+        where = f"line {self.line}: " if self.line else ""
+        return f"{where}{self.rule} ({self.detail})"
 
 
 def _module_rule(name: str, dsl: str) -> str | None:
@@ -190,7 +194,7 @@ class _Scanner(ast.NodeVisitor):
         self.modules: set[str] = set()  # local names bound to imported modules
 
     def add(self, node: ast.AST, rule: str, detail: str) -> None:
-        self.found.append(RuleViolation(getattr(node, "lineno", 0), rule, detail))
+        self.found.append(RuleViolation(getattr(node, "lineno", None), rule, detail))
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
@@ -286,15 +290,15 @@ def scan_source(source: str, dsl: str) -> list[RuleViolation]:
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        return [RuleViolation(exc.lineno or 0, "syntax error", str(exc.msg))]
+        return [RuleViolation(exc.lineno, "syntax error", str(exc.msg))]
     scanner = _Scanner(dsl)
     scanner.visit(tree)
     if not any(isinstance(n, ast.FunctionDef) and n.name == "solve" for n in tree.body):
-        scanner.found.append(RuleViolation(0, "missing solve", "define solve(*inputs) at module level"))
+        scanner.found.append(RuleViolation(None, "missing solve", "define solve(*inputs) at module level"))
     uses_dsl = {"cutedsl": ("cutlass",), "tirx": ("tvm",)}.get(dsl, ())
     if uses_dsl and not any(m.split(".")[0] in uses_dsl for m in _imported_modules(tree)):
-        scanner.found.append(RuleViolation(0, "no DSL import",
-                                           f"a {dsl} kernel file must import {uses_dsl[0]}"))
+        scanner.found.append(RuleViolation(None, "no DSL import",
+                                              f"a {dsl} kernel file must import {uses_dsl[0]}"))
     return scanner.found
 
 
