@@ -227,6 +227,7 @@ class Worker:
         self._ready_and_wait = Doorbell.ready_and_wait.__get__(self.bell)
         self.box: sandbox.Sandbox | None = None
         self._sync = DeviceTools.sync.__get__(self.tools)  # bound now: later patches do not reach it
+        self._touch = DeviceTools.touch.__get__(self.tools)
 
     def send(self, message, tensors=()) -> None:
         send(self.conn, message, list(tensors))
@@ -376,6 +377,7 @@ class Worker:
         inputs = list(self.stage)
         for position, value in req.values:
             inputs[position] = value
+        self._touch()  # this context on the SMs again before READY (DeviceTools.touch)
         self._sync()
         bell = self.bell
         if not self._ready_and_wait(req.seq, GO_TIMEOUT_S):
