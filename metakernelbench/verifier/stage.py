@@ -5,7 +5,10 @@ A draw must not reach the candidate's process before its call's clock starts: wh
 before the clock. So the worker holds *buffers* of the draw's layout, allocated here (shared memory on
 the CPU, CUDA memory shared by IPC on the GPU), and sent to it once per layout; for every call the
 grader writes the draw into them from this process after READY, evicts the L2 (a buffer twice its size
-written here), synchronises, and only then stamps its clock and rings GO (``launch``). In-place outputs
+copied here), synchronises, and only then stamps its clock and rings GO (``launch``). Between READY and
+GO this process issues copies only (the copy engines): a kernel here would leave the GPU's SMs in this
+process's CUDA context, and the candidate's first launch would pay the switch back inside its span
+(``DeviceTools.cold_l2``). In-place outputs
 are therefore updated in the grader's own memory, where it reads them.
 
 Inputs that share memory in a draw share it in the buffers (one buffer per distinct storage, every
