@@ -2,7 +2,8 @@
 # A base image built from Debian packages alone, for hosts that can reach a Debian mirror and PyPI
 # but no image registry. Every Dockerfile of the project takes its base image as the build argument
 # BASE_IMAGE (default nvidia/cuda:13.0.2-devel-ubuntu24.04); with this image instead, the images have
-# no CUDA toolkit and run the CPU (TIRx llvm) path only. docs/running.md, "Docker without a registry".
+# no CUDA toolkit and run the CPU (TIRx llvm) path only. docs/running.md, "The Docker path on a CPU
+# host without an image registry". Debian packages it needs: debootstrap and docker.io.
 #
 #   sudo bash images/debian-base.sh [TAG] [SUITE] [MIRROR]
 #   export MKB_BASE_IMAGE=metakernelbench/debian-base:trixie     # read by the compose files
@@ -11,6 +12,9 @@
 # Needs root, debootstrap and a running Docker daemon. Debian 13 (trixie) has Python 3.13, which
 # every pinned wheel supports; bookworm's 3.11 is older than the project's 3.12.
 set -euo pipefail
+for tool in debootstrap docker; do
+  command -v "$tool" > /dev/null || { echo "$tool is missing: apt-get install debootstrap docker.io" >&2; exit 1; }
+done
 tag=${1:-metakernelbench/debian-base:trixie}
 suite=${2:-trixie}
 mirror=${3:-http://deb.debian.org/debian}

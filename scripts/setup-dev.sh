@@ -26,13 +26,13 @@ if [ ! -x .venv/bin/python ]; then
 fi
 step "upgrading pip"
 .venv/bin/python -m pip install -q --upgrade pip
-step "installing metakernelbench with both DSLs and the dev tools (torch with its CUDA libraries: a few minutes on a fresh machine)"
+step "installing metakernelbench with both DSLs, the dev tools and the judge's Docker SDK (torch with its CUDA libraries: a few minutes on a fresh machine)"
 # (setuptools prints an information notice for every editable install of a package whose folders are
 # mapped; it says nothing about this project, so it is filtered out)
 # requirements.lock: the version of every package, the records' and the grader images' (torch 2.11.0, the
 # CUDA build from PyPI, on CPU machines too); README "Pinned versions" says how to update it.
 PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install -q -c requirements.lock \
-  -e ".[cutedsl,tirx,dev,engine]"
+  -e ".[cutedsl,tirx,dev,engine,judge]"
 # terminal-bench, in a venv of its own (its dependency pins are not Harbor's): the test of the
 # Terminal-Bench layout (`mkb build --format terminal-bench`) validates tasks with its own task model.
 if [ ! -x .venv-tb/bin/python ]; then

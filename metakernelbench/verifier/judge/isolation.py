@@ -4,8 +4,8 @@ Nothing a submission writes may reach a later evaluation, or the eager baseline 
 evaluation: a ``.pth`` file, a patched package, a daemon left running on the GPU.
 
 - ``DockerIsolation``: every evaluation gets a new container of the DSL's grader image (no network,
-  one GPU, a non-root user, limits on memory and processes), removed afterwards with everything it
-  wrote and every process it left.
+  one GPU, a non-root user, no capabilities beyond what lets the grader read its own worker, limits
+  on memory and processes), removed afterwards with everything it wrote and every process it left.
 - ``SubprocessIsolation``: every evaluation gets a new runner process in a fresh directory (its own
   HOME and TMPDIR, user site-packages off). Run by root, the runner drops to a dedicated unprivileged
   uid per device slot, so the submission cannot write to the installed packages, the repository or
@@ -500,6 +500,12 @@ class DockerIsolation:
                          "PYTHONDONTWRITEBYTECODE": "1"},
             labels={"metakernelbench.role": "evaluation", "metakernelbench.submission": str(req.submission_id)},
             detach=True, init=True,
+            # The grader reads the frozen candidate worker's outputs with process_vm_readv
+            # (verifier/outside.py). Docker's default seccomp profile allows that call only in a
+            # container granted CAP_SYS_PTRACE; the runner's user is not root, so it holds no
+            # capability itself and the kernel's own check (its child, same uid) still decides.
+            # Every other capability is dropped and setuid programs gain nothing.
+            cap_drop=["ALL"], cap_add=["SYS_PTRACE"], security_opt=["no-new-privileges:true"],
         )
         if cpus:
             spec["cpuset_cpus"] = cpu_list_text(cpus)

@@ -261,6 +261,15 @@ def test_docker_evaluations_get_their_slots_cpuset():
     assert "cpuset_cpus" not in isolation.container_spec(EvalRequest(3, PROBLEM, "tirx", b""), "cuda:0")
 
 
+def test_grader_containers_may_read_their_worker_and_nothing_more():
+    """Docker's default seccomp profile refuses process_vm_readv (the grader's read of the frozen
+    worker's outputs) without CAP_SYS_PTRACE: every CPU grading was an INFRA_ERROR without it."""
+    isolation = DockerIsolation(FakeDocker(FakeContainer(b"")), {"tirx": "mkb/grader-tirx:test"}, GradeSettings())
+    spec = isolation.container_spec(EvalRequest(3, PROBLEM, "tirx", b""), "cpu")
+    assert spec["cap_drop"] == ["ALL"] and spec["cap_add"] == ["SYS_PTRACE"]
+    assert spec["security_opt"] == ["no-new-privileges:true"] and spec["user"] != "root"
+
+
 def test_a_runner_that_cannot_be_pinned_is_not_run_unpinned(tmp_path):
     """A share the kernel refuses (here a CPU that does not exist) is an uncharged infrastructure fault."""
     isolation = ScriptIsolation(tmp_path, PRELUDE + "emit({'stage': 'grading'}); time.sleep(30)\n")
