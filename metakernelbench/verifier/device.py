@@ -74,8 +74,9 @@ class DeviceTools:
 
         A device-to-device copy, not a kernel: the input stage runs this in the grader's CUDA context
         right before GO, and a kernel there made the candidate's next launch wait for the GPU to
-        switch its SMs back to the candidate's context, about 140 us per call on an H100
-        (``results/h200/context-switch.json``); a copy runs on the copy engines and leaves them alone.
+        switch back to the candidate's context, about 140 us per call on an H100
+        (``results/h200/context-switch.json``). A copy is meant to run on the copy engines and leave
+        the SMs to the candidate's context; docs/grading.md says what has been measured of it.
         """
         if self.flush_buffer is not None:
             self.flush_buffer.copy_(self.flush_source)
