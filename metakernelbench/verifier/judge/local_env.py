@@ -134,6 +134,19 @@ def dockerfile_copies(dockerfile: Path) -> tuple[list[tuple[list[str], str]], st
     return copies, workdir, env
 
 
+
+def _git_dirs_of_worktree(dot_git: Path) -> list[Path]:
+    """A git worktree's ``.git`` is a file naming its git folder inside the main checkout's ``.git``;
+    that folder (the whole repository's history, oracles included) is hidden as well."""
+    if not dot_git.is_file():
+        return []
+    text = dot_git.read_text(errors="replace").strip()
+    if not text.startswith("gitdir:"):
+        return []
+    gitdir = (dot_git.parent / text.removeprefix("gitdir:").strip()).resolve()
+    common = gitdir.parent.parent if gitdir.parent.name == "worktrees" else gitdir
+    return [gitdir, common] if common != gitdir else [gitdir]
+
 class LocalEnvironment(BaseEnvironment):
     """Harbor environment: the task's sandbox as local processes, the judge started locally."""
 
@@ -300,6 +313,7 @@ class LocalEnvironment(BaseEnvironment):
         repo = Path(metakernelbench.__file__).resolve().parent.parent
         paths = [self._state, self.trial_paths.trial_dir.parent, *self._extra_hide]
         paths += [repo / name for name in ("oracles", "tests", "tasks", "results", ".git")]
+        paths += _git_dirs_of_worktree(repo / ".git")
         return [p for p in paths if p.exists()]
 
     @staticmethod
@@ -341,7 +355,10 @@ class LocalEnvironment(BaseEnvironment):
         for path in self._hidden():  # (the rest of the host's /tmp is out of sight already)
             real = path.resolve()
             if not real.is_relative_to("/tmp") or any(real.is_relative_to(k) for k in kept):
-                lines.append(f"mount -t tmpfs -o size=64k,mode=0755 mkb-hidden {shlex.quote(str(path))}")
+                if path.is_dir():
+                    lines.append(f"mount -t tmpfs -o size=64k,mode=0755 mkb-hidden {shlex.quote(str(path))}")
+                else:  # a file (a git worktree's .git): nothing can be mounted over it but another file
+                    lines.append(f"mount --bind /dev/null {shlex.quote(str(path))}")
         if self._network_disabled or self._network_is_allowlist:
             lines.append("ip link set lo up 2>/dev/null || true")
         lines.append(f"cd {shlex.quote(cwd or self._workdir)}")
