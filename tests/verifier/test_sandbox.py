@@ -270,7 +270,10 @@ def test_read_limits_on_the_repository_layout_keep_the_worker_working(tmp_path):
 
     import torch
 
-    scratch = tempfile.mkdtemp(prefix="mkb-eval-")
+    # as the grader lays them out (launch.evaluations_root): every scratch folder inside one folder of
+    # its own, so that folder, not the whole temporary directory (which may hold the checkout), is hidden
+    root = tempfile.mkdtemp(prefix="mkb-evaluations-")
+    scratch = tempfile.mkdtemp(prefix="mkb-eval-", dir=root)
     try:
         kernel = os.path.join(os.path.dirname(__file__), "..", "exploits", "control_honest_28.py")
         lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so")
@@ -279,7 +282,7 @@ def test_read_limits_on_the_repository_layout_keep_the_worker_working(tmp_path):
     finally:
         import shutil
 
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-2000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["problem_file"] == "errno 13", got
