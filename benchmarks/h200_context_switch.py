@@ -21,7 +21,11 @@ interleaved in a shuffled order each round so drift of the host or GPU hits all 
   alone);
 - ``stage_copy``: the timing process runs a tiny kernel of its own before READY; the stage process
   then only copies (a draw made in advance into the buffers, and the L2 flush as a device-to-device
-  copy of a buffer twice its size) before GO: whether work on the copy engines alone avoids the cost.
+  copy of a buffer twice its size) before GO: whether work on the copy engines alone avoids the cost;
+- ``copy_wait_N``: as ``stage_copy``, then the stage process waits N microseconds before GO (whether
+  the cost fades once the other context has been idle a while);
+- ``tiny``: the stage process runs one one-element kernel of its own (no draw, no flush) before GO
+  (whether the cost depends on how much work the other context did).
 
 Per variant: the median, 10th and 90th percentile of the call (clock start to the end of the device
 synchronise after it) and of its host part (until the function returned), in microseconds.
@@ -46,9 +50,10 @@ import torch.multiprocessing as mp
 # the plain loop's own loader (this file, like it, imports nothing of the grader)
 from independent_loop import load
 
-VARIANTS = ("own", "stage", "stage_touch", "signal", "stage_copy")
-READY, MODE, GO, STOP = 0, 1, 2, 3
-FILL, SIGNAL, COPY = 1, 2, 3
+VARIANTS = ("own", "stage", "stage_touch", "signal", "stage_copy", "copy_wait_200", "copy_wait_1000",
+            "copy_wait_5000", "tiny")
+READY, MODE, GO, STOP, DELAY = 0, 1, 2, 3, 4
+FILL, SIGNAL, COPY, TINY = 1, 2, 3, 4
 
 
 def page(path: str) -> memoryview:
@@ -71,6 +76,7 @@ def stage_process(problem_file: str, page_path: str, queue) -> None:
     # copies (the copy engines, not the SMs) runs in this context between READY and GO
     pool = [problem.make_inputs(device, torch.Generator(device=device).manual_seed(s)) for s in range(4)]
     flush_src = torch.empty_like(flush)
+    own = torch.zeros(1, device=device)
     torch.cuda.synchronize()
     slots = page(page_path)
     served = 0
@@ -95,6 +101,13 @@ def stage_process(problem_file: str, page_path: str, queue) -> None:
                     buffer.copy_(x)
             flush.copy_(flush_src)
             torch.cuda.synchronize()
+        elif slots[MODE] == TINY:
+            own.add_(1)
+            torch.cuda.synchronize()
+        if slots[DELAY]:
+            until = time.perf_counter_ns() + 1000 * slots[DELAY]
+            while time.perf_counter_ns() < until:
+                pass
         slots[GO] = seq
         served = seq
 
@@ -142,10 +155,11 @@ def main() -> int:
     seq = 0
     figures = {v: {"call": [], "host": []} for v in VARIANTS}
 
-    def ask(mode: int) -> None:
+    def ask(mode: int, delay_us: int = 0) -> None:
         nonlocal seq
         seq += 1
         slots[MODE] = mode
+        slots[DELAY] = delay_us
         slots[READY] = seq
         while slots[GO] != seq:
             pass
@@ -166,10 +180,14 @@ def main() -> int:
                     torch.cuda.synchronize()
                     if variant == "signal":
                         ask(SIGNAL)
-                elif variant == "stage_copy":
+                elif variant == "stage_copy" or variant.startswith("copy_wait_"):
                     touch.add_(1)  # this context's last SM work before READY (as after the draw's generation)
                     torch.cuda.synchronize()
-                    ask(COPY)
+                    ask(COPY, int(variant.rpartition("_")[2]) if variant.startswith("copy_wait_") else 0)
+                elif variant == "tiny":
+                    touch.add_(1)
+                    torch.cuda.synchronize()
+                    ask(TINY)
                 else:
                     ask(FILL)
                     if variant == "stage_touch":
