@@ -33,6 +33,7 @@ from metakernelbench.skill_transfer.annotate import read_annotations  # noqa: E4
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.evaluation_uids,
     pytest.mark.skipif(os.geteuid() != 0 and _unshare_problem() is not None,
                        reason=f"the local environment cannot isolate here: {_unshare_problem()}"),
     pytest.mark.skipif(shutil.which("tmux") is None, reason="Terminus-2 needs tmux in the sandbox"),

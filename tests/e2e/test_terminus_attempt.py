@@ -40,6 +40,7 @@ JUDGE_ARGS = "--devices cpu --small --draws 2 --warmup 2 --timed 5 --rechecks 1 
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.evaluation_uids,
     pytest.mark.skipif(os.geteuid() != 0 and _unshare_problem() is not None,
                        reason=f"the local environment cannot isolate here: {_unshare_problem()}"),
     pytest.mark.skipif(shutil.which("tmux") is None, reason="Terminus-2 needs tmux in the sandbox"),
