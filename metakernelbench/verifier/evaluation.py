@@ -41,6 +41,7 @@ class Call:
     outputs: list[torch.Tensor]  # the returned outputs the reply carried (when asked for)
     inputs: tuple  # the inputs after the call, as the grader holds them (in-place results included)
     span_ns: int  # the grader's clock between GO and DONE
+    exposed_ns: int = 0  # the grader's clock from the draw's first byte to TOUCHED (launch.CallClock)
     done_outputs: list[bytes] | None = None  # the grader's own copy of the returned outputs at DONE (CPU)
     done_inplace: dict[str, torch.Tensor] | None = None  # its copy of the in-place outputs at DONE
 
@@ -223,8 +224,9 @@ class Evaluation:
             if snapshot and handle is self.candidate:
                 taken.update(self._copy_at_done(handle, stage, cpu_read))
 
-        result, tensors, span_ns = handle.request(req, timeout, before_go=lambda: stage.fill(draw),
-                                                  at_done=at_done, limit=limit)
+        result, tensors, clock = handle.request(req, timeout, before_go=lambda: stage.fill(draw),
+                                                at_done=at_done, limit=limit)
+        span_ns = clock.span_ns
         assert isinstance(result, CallResult)
         if result.elapsed_ns > span_ns:
             # the worker's own stopwatch started after GO and stopped before DONE: it cannot exceed
@@ -242,7 +244,7 @@ class Evaluation:
         if first:
             self.require_seal()
         inputs = stage.inputs(draw)
-        done = Call(result, tensors, inputs, span_ns, taken.get("outputs"), taken.get("inplace"))
+        done = Call(result, tensors, inputs, span_ns, clock.exposed_ns, taken.get("outputs"), taken.get("inplace"))
         if done.done_inplace:
             self._require_unchanged_after_done(done)
         if done.done_outputs is not None and result.outputs is not None:

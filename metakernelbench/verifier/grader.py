@@ -152,14 +152,20 @@ def _stages(ev: Evaluation, stages: Stages, fields: dict[str, Any], details: dic
     if retimed:
         details["retimed"] = retimed
     stages.mark("timing")
-    kernel = Timing.from_samples(kernel_loop.spans_ms)
-    timing.check_signal_gaps(kernel_loop, kernel, bool(plan), eager.ref_gap_us)
+    charges = timing.window_charges(kernel_loop, eager.ref_exposed_us)
+    kernel = Timing.from_samples(timing.charged_spans_ms(kernel_loop, charges))
+    timing.check_signal_gaps(kernel_loop, Timing.from_samples(kernel_loop.spans_ms), bool(plan), eager.ref_gap_us)
     sig_med, sig_min, sig_max = kernel_loop.signal_overhead_us()
     details.update(eager_baseline=eager.source, eager_baseline_samples=str(len(eager.base.samples_ms)),
                    eager_remeasured=str(eager.remeasured), signal_overhead_us_median=f"{sig_med:.2f}",
                    signal_overhead_us_max=f"{sig_max:.2f}", signal_overhead_us_min=f"{sig_min:.2f}",
                    host_launch_us_median=f"{1e3 * timing.median(kernel_loop.returned_ms or [0.0]):.1f}",
-                   reference_signal_overhead_us_min=f"{eager.ref_gap_us:.2f}", gpu_process_check=(
+                   reference_signal_overhead_us_min=f"{eager.ref_gap_us:.2f}",
+                   exposed_us_median=f"{timing.median(kernel_loop.exposed_us or [0.0]):.1f}",
+                   reference_exposed_us_median=f"{eager.ref_exposed_us:.1f}",
+                   window_charge_us_median=f"{timing.median(charges or [0.0]):.1f}",
+                   window_charge_us_max=f"{max(charges or [0.0]):.1f}",
+                   spans_ms_median=f"{timing.median(kernel_loop.spans_ms):.6f}", gpu_process_check=(
                        "nvml" if ev.gpu.available else (ev.gpu.why or "not a GPU")))
     fields.update(kernel_timing=kernel, eager_timing_before=eager.base, eager_timing_after=eager.check)
     ev.say(f"rechecks: {config.rechecks} timed calls")

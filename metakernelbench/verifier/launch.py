@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .doorbell import DONE, READY, Doorbell
+from .doorbell import DONE, READY, TOUCHED, Doorbell
 from .protocol import CallRequest, LoadRequest, WorkerSetup
 from .result import Status
 
@@ -131,6 +131,24 @@ def _worker_entry(conn, setup: WorkerSetup) -> None:
     main(conn, setup)
 
 
+@dataclass(frozen=True)
+class CallClock:
+    """One call on the grader's clock: ``span_ns`` from GO to DONE (the call's time); ``stage_ns`` from
+    the first byte of the draw to STAGED (the grader's writing of the draw, the L2 eviction and its
+    sync: work of the worker's on the GPU meanwhile makes it longer, the GPU switching contexts
+    back and forth); ``window_ns`` from STAGED to TOUCHED (the worker's own tiny kernel and sync).
+    Together the last two are the stretch in which the draw is in the buffers before the clock
+    starts (``timing.window_charges``)."""
+
+    span_ns: int
+    stage_ns: int
+    window_ns: int
+
+    @property
+    def exposed_ns(self) -> int:
+        return self.stage_ns + self.window_ns
+
+
 class WorkerHandle:
     """One spawned worker process: a strict request/response pipe plus the timing doorbell."""
 
@@ -219,38 +237,45 @@ class WorkerHandle:
 
     def request(self, req, timeout: float, before_go: Callable[[], None] | None = None,
                 at_done: Callable[[], None] | None = None, limit: str | None = None):
-        """Send one request; for a call, time it by the doorbell. Returns (reply, tensors, span_ns).
+        """Send one request; for a call, time it by the doorbell. Returns (reply, tensors, clock): a
+        ``CallClock`` for a call, else None.
 
         ``timeout`` bounds the request on the grader's clock from the moment it is sent (for a call:
         until DONE; its reply then has 60 s more to arrive); past it the verdict is TIMEOUT with
         ``limit`` as its message (default: the number of seconds).
 
-        A call's inputs reach the worker only inside the timed window: the worker rings READY over
-        buffers that hold no draw yet, ``before_go`` (the grader, in its own process) fills them,
-        flushes the L2 and synchronises, and only then does the clock start and GO ring.
-        ``at_done`` runs the moment DONE is seen, before anything else of the worker's can run
-        (the grader's own copy of the outputs, ``evaluation``).
+        A call's inputs reach the worker only just before the timed window: the worker rings READY
+        over buffers that hold no draw yet, ``before_go`` (the grader, in its own process) fills
+        them, flushes the L2 and synchronises; STAGED lets the worker bring its CUDA context back
+        onto the GPU (one tiny kernel of its own) and ring TOUCHED, and only then does the clock
+        start and GO ring. ``at_done`` runs the moment DONE is seen, before anything else of the
+        worker's can run (the grader's own copy of the outputs, ``evaluation``).
         """
         self.seq += 1
         req.seq, req.nonce = self.seq, secrets.token_hex(8)
         deadline = time.perf_counter_ns() + int(timeout * 1e9)
         self.parent.send(req)
-        span = None
+        clock = None
         if isinstance(req, CallRequest):
             if self.bell.wait_for(READY, req.seq, deadline, self._alive, share_cpu=self.share_cpu) is not None:
+                filled_from = time.perf_counter_ns()
                 if before_go is not None:
                     before_go()
-                start = self.bell.go(req.seq)
-                end = self.bell.wait_for(DONE, req.seq, deadline, self._alive, share_cpu=self.share_cpu)
-                span = None if end is None else end - start
-                if span is not None and at_done is not None:
-                    at_done()
+                staged = self.bell.staged(req.seq)
+                touched = self.bell.wait_for(TOUCHED, req.seq, deadline, self._alive, share_cpu=self.share_cpu)
+                if touched is not None:
+                    start = self.bell.go(req.seq)
+                    end = self.bell.wait_for(DONE, req.seq, deadline, self._alive, share_cpu=self.share_cpu)
+                    if end is not None:
+                        clock = CallClock(end - start, staged - filled_from, touched - staged)
+                        if at_done is not None:
+                            at_done()
         left = max(deadline - time.perf_counter_ns(), 0) / 1e9
-        message, tensors = self.expect(left + 60.0 if span is not None else left, req.nonce, req.seq,
+        message, tensors = self.expect(left + 60.0 if clock is not None else left, req.nonce, req.seq,
                                        limit or f"no reply within {timeout:g} s")
-        if isinstance(req, CallRequest) and span is None:
+        if isinstance(req, CallRequest) and clock is None:
             raise Verdict(Status.REWARD_HACK, "the call replied without its DONE signal")
-        return message, tensors, span
+        return message, tensors, clock
 
     def note_death(self, exit_code: int) -> None:
         """Record an exit status collected elsewhere (``outside.frozen`` reaps a child that died under

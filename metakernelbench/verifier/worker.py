@@ -2,10 +2,12 @@
 
 It holds no reference, no seeds and no expected outputs. It holds the grader's input buffers (shared
 from the grader through CUDA IPC / shared memory), which hold no draw when the worker rings READY:
-the grader writes each draw into them from its own process after READY and before GO, so nothing in
-this process can see a draw's values before the clock starts. The worker replies with the call's
-wall time and, when asked, its outputs as raw bytes (``wire``). The loop is identical for every
-phase (warmup, timed, checked, bypass), so a submission cannot tell them apart.
+the grader writes each draw into them from its own process after READY and times, from its first
+byte until GO, the only stretch in which this process could see a draw's values before the clock
+starts (what it takes there beyond the trusted reference worker is added to the call's time). The
+worker replies with the call's wall time and, when asked, its outputs as raw bytes (``wire``). The
+loop is identical for every phase (warmup, timed, checked, bypass), so a submission cannot tell them
+apart.
 
 Everything in this process is the submission's once it is imported: the checks here (integrity of
 the grader's functions, threads, the persisting-L2 limit, native mappings) are early warnings that
@@ -228,6 +230,7 @@ class Worker:
         self.box: sandbox.Sandbox | None = None
         self._sync = DeviceTools.sync.__get__(self.tools)  # bound now: later patches do not reach it
         self._touch = DeviceTools.touch.__get__(self.tools)
+        self._warm = self._warm_context  # run between STAGED and TOUCHED (doorbell.ready_and_wait)
 
     def send(self, message, tensors=()) -> None:
         send(self.conn, message, list(tensors))
@@ -369,6 +372,14 @@ class Worker:
             if loaded:
                 raise CallFailed("violation", _foreign_native(loaded))
 
+    def _warm_context(self) -> None:
+        """Between STAGED and TOUCHED: one tiny kernel of this process's and a sync, so that the GPU's
+        switch back from the grader's context (which just wrote the draw) is taken here, outside the
+        call's span. The grader times this stretch and charges what exceeds the trusted reference
+        worker's (``timing.window_charges``): it is no place to compute."""
+        self._touch()
+        self._sync()
+
     def call(self, req: CallRequest) -> None:
         """One call: READY over empty buffers / the grader fills them / GO / solve / sync / DONE."""
         hooks.REGISTRY.begin_call(req.suppress)
@@ -377,10 +388,9 @@ class Worker:
         inputs = list(self.stage)
         for position, value in req.values:
             inputs[position] = value
-        self._touch()  # this context on the SMs again before READY (DeviceTools.touch)
         self._sync()
         bell = self.bell
-        if not self._ready_and_wait(req.seq, GO_TIMEOUT_S):
+        if not self._ready_and_wait(req.seq, GO_TIMEOUT_S, self._warm):
             self.fail(req.seq, "call", "runtime", "the grader never started the call")
             return
         kernels = None
