@@ -152,8 +152,7 @@ def _stages(ev: Evaluation, stages: Stages, fields: dict[str, Any], details: dic
     if retimed:
         details["retimed"] = retimed
     stages.mark("timing")
-    charges = timing.window_charges(kernel_loop, eager.ref_exposed_us)
-    kernel = Timing.from_samples(timing.charged_spans_ms(kernel_loop, charges))
+    kernel, charges = timing.kernel_timing(kernel_loop, eager)
     timing.check_signal_gaps(kernel_loop, Timing.from_samples(kernel_loop.spans_ms), bool(plan), eager.ref_gap_us)
     sig_med, sig_min, sig_max = kernel_loop.signal_overhead_us()
     details.update(eager_baseline=eager.source, eager_baseline_samples=str(len(eager.base.samples_ms)),

@@ -128,6 +128,13 @@ def charged_spans_ms(loop: LoopTimes, charges_us: list[float]) -> list[float]:
     return [s + c / 1e3 for s, c in zip(loop.spans_ms, charges_us, strict=True)]
 
 
+def kernel_timing(loop: LoopTimes, eager: EagerBaseline) -> tuple[Timing, list[float]]:
+    """The candidate's timing as the grade uses it (its spans with their window charges against the
+    reference worker's stretch of this grading) and the charges, per timed call, in microseconds."""
+    charges = window_charges(loop, eager.ref_exposed_us)
+    return Timing.from_samples(charged_spans_ms(loop, charges)), charges
+
+
 def check_calls(cfg: GradeConfig, cached: baseline_mod.EagerBaseline | None) -> int:
     """Timed calls of this grading's drift check: ``eager_check_timed``, fewer for a slow cached reference.
 

@@ -129,9 +129,8 @@ class _FakeHandle:
         self.elapsed_ns, self.span_ns = elapsed_ns, span_ns
 
     def request(self, req, timeout, before_go=None, at_done=None, limit=None):
-        from metakernelbench.verifier.wire import CallResult
-
         from metakernelbench.verifier.launch import CallClock
+        from metakernelbench.verifier.wire import CallResult
 
         return (CallResult(nonce="n", seq=1, elapsed_ns=self.elapsed_ns, launches={"k": 1}, threads=1), [],
                 CallClock(self.span_ns, 30_000, 5_000))

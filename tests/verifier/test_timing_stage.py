@@ -109,3 +109,12 @@ def test_time_spent_before_go_beyond_the_reference_workers_is_charged_to_the_cal
     assert charged == pytest.approx([0.145, 0.155, 0.150])
     # never subtracted: a call quicker than the reference's stretch still reads its own span
     assert timing.charged_spans_ms(honest, timing.window_charges(honest, 10_000.0)) == honest.spans_ms
+
+
+def test_the_grade_times_a_candidate_by_its_charged_spans():
+    base = Timing.from_samples([1.0] * 3)
+    eager = timing.EagerBaseline(base, base, 0.0, False, "measured", ref_gap_us=3.0, ref_exposed_us=300.0)
+    cheat = timing.LoopTimes([0.010] * 3, [0.008] * 3, exposed_us=[2300.0] * 3)
+    kernel, charges = timing.kernel_timing(cheat, eager)
+    assert charges == [2000.0] * 3
+    assert kernel.median_ms == pytest.approx(2.010)
