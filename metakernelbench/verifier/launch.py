@@ -6,7 +6,8 @@ so that a caller that has not imported torch yet (the judge's runner) can start 
 and import the grader while they start (``start_workers``); the workers' start is the longest stage
 of a grading. The candidate worker then waits for the grader's release (``WorkerHandle.release``)
 before it imports the kernel file, so starting early runs nothing of the submission. ``GradeConfig``
-and ``Verdict`` live here for the same reason; ``grader`` re-exports them.
+and ``Verdict`` are the contract's (``metakernelbench.contract``, torch-free as well); this module and
+``grader`` re-export them.
 """
 
 from __future__ import annotations
@@ -24,65 +25,15 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from metakernelbench.contract import GradeConfig, Status, Verdict
 
 from .doorbell import DONE, READY, TOUCHED, Doorbell
 from .protocol import CallRequest, LoadRequest, WorkerSetup
-from .result import Status
 
 SCRUBBED_PREFIXES = ("TVM_", "CUTE_DSL_", "CUTLASS_", "PYTORCH_", "TORCH_", "CUDA_LAUNCH_BLOCKING",
                      "LD_PRELOAD", "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONBREAKPOINT", "NVIDIA_TF32",
                      "MKB_", "CUDA_CACHE_")
-
-
-@dataclass(frozen=True)
-class GradeConfig:
-    """The grading contract's counts and the grader's limits (defaults: the contract, design.md §4)."""
-
-    correctness_draws: int = 5
-    warmup: int = 10
-    timed: int = 50
-    rechecks: int = 3
-    # Time limits (docs/grading.md, "Time limits"), all kept by the grader's own clock. A worker's own
-    # start (interpreter, torch, the DSL, its OS limits) is the grader's code: a start past
-    # start_timeout_s is INFRA_ERROR. The compile budget runs from the moment the candidate worker
-    # begins to import the kernel file: the import and the DSL's compile share it, wherever the
-    # compile happens (at import, as TIRx kernels usually do, or inside the first call, where the
-    # DSLs JIT-compile), so the first call may take what the import left of it plus the call budget.
-    # Every other call gets the call budget. A kernel that never returns is TIMEOUT within
-    # compile_timeout_s + call_timeout_s of its first line running.
-    start_timeout_s: float = 300.0
-    compile_timeout_s: float = 300.0
-    call_timeout_s: float = 120.0
-    eager_drift_flag: float = 0.10
-    eager_baseline_warmup: int = 10
-    eager_baseline_timed: int = 100
-    eager_check_warmup: int = 3
-    eager_check_timed: int = 20
-    # a cached baseline's check takes fewer calls (at least eager_check_min) when eager_check_timed
-    # calls of a slow reference would exceed this many seconds (upstream workloads reach seconds a call)
-    eager_check_budget_s: float = 10.0
-    eager_check_min: int = 5
-    eager_cache: bool = True  # reuse a baseline measured earlier (baseline.default_cache_dir())
-    max_bypass_sites: int = 16
-    max_output_bytes: int = 8 << 30
-    foreign_gpu_wait_s: float = 10.0
-    exclusive_gpu: bool = True  # False only for verdict-only runs that grade several kernels at once
-    pin_cores: bool = True  # the grader's spin on a core of its own, the workers off that core and its sibling
-    require_sandbox: bool = False  # an OS limit that cannot be set is INFRA_ERROR instead of a note
-    # After each reply a worker may poll for the next request this long instead of sleeping (only
-    # with a core plan). A slept core runs the next call's host side slower on the H200 host, but
-    # polling workers also compete for cores: off until the H200 records show which way it moves
-    # the grade (benchmarks/h200_timing.py; docs/grading.md).
-    hot_wait_ms: float = 0.0
-
-
-class Verdict(Exception):
-    """Ends an evaluation early with a status (raised inside ``grade``)."""
-
-    def __init__(self, status: Status, message: str, **fields: Any):
-        super().__init__(message)
-        self.status, self.message, self.fields = status, message, fields
 
 
 FAILURE_STATUS = {
