@@ -6,6 +6,7 @@ What the generated instructions state against what the grader does: tests/adapte
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import subprocess
 import sys
@@ -57,6 +58,23 @@ def test_a_kernel_must_import_its_dsls_package_and_not_the_others():
 
 
 # ---- GradeConfig and the judge ---------------------------------------------------------------------
+
+def test_the_judges_settings_are_gradeconfig_overrides():
+    """serve's settings -> the runner's flags -> the runner's GradeConfig, one mapping all the way."""
+    from metakernelbench.verifier.judge.isolation import GradeSettings
+    from metakernelbench.verifier.judge.runner import CONFIG_FLAGS, _overrides, parse_args
+
+    fields = {f.name for f in dataclasses.fields(GradeConfig)}
+    assert set(CONFIG_FLAGS) <= fields
+    assert GradeSettings().grade_config() == GradeConfig() and GradeSettings().runner_flags() == []
+    settings = GradeSettings(small=True, draws=2, warmup=3, timed=7, rechecks=1, compile_timeout_s=30,
+                             call_timeout_s=7.5)
+    assert set(settings.overrides()) == set(CONFIG_FLAGS)
+    base = ["--problem", "28", "--dsl", "tirx", "--kernel", "kernel.py"]
+    args = parse_args(base + settings.runner_flags())
+    assert args.small and GradeConfig(**_overrides(args)) == settings.grade_config()
+    assert settings.grade_config() == dataclasses.replace(GradeConfig(), correctness_draws=2, warmup=3, timed=7,
+                                                          rechecks=1, compile_timeout_s=30.0, call_timeout_s=7.5)
 
 
 def test_mkb_grade_offers_the_contracts_time_limits():

@@ -42,8 +42,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from metakernelbench.contract import GradeConfig
+
 from ..result import Status, failure
 from .cpu_plan import CpuPlan, cpu_list_text
+from .runner import config_flags
 
 EVAL_MARKER = "MKB_EVAL_ID"
 BASE_EVAL_UID = 61000
@@ -53,7 +56,12 @@ _ENV_DENY_PREFIXES = ("MKB_JUDGE", "MKB_ATTEMPT", "MKB_EVAL")
 
 @dataclass(frozen=True)
 class GradeSettings:
-    """How evaluations are graded: the contract's counts (smaller only in tests) and the wall limit."""
+    """How evaluations are graded: the ``GradeConfig`` fields a judge sets (the contract's counts, smaller
+    only in tests; the compile and call budgets) and the wall limit of a whole evaluation.
+
+    None keeps GradeConfig's default, as ``mkb grade`` uses; each evaluation's runner builds its
+    ``GradeConfig`` from the flags ``runner_flags`` writes, which is ``grade_config()``.
+    """
 
     small: bool = False
     draws: int | None = None
@@ -61,20 +69,22 @@ class GradeSettings:
     timed: int | None = None
     rechecks: int | None = None
     wall_limit_s: float = 1800.0
-    # the grader's compile and call budgets (None: GradeConfig's defaults, as ``mkb grade`` uses)
     compile_timeout_s: float | None = None
     call_timeout_s: float | None = None
 
+    def overrides(self) -> dict[str, Any]:
+        """The GradeConfig fields these settings set (field -> value)."""
+        fields = (("correctness_draws", self.draws), ("warmup", self.warmup), ("timed", self.timed),
+                  ("rechecks", self.rechecks), ("compile_timeout_s", self.compile_timeout_s),
+                  ("call_timeout_s", self.call_timeout_s))
+        return {name: value for name, value in fields if value is not None}
+
+    def grade_config(self) -> GradeConfig:
+        """The GradeConfig each evaluation is graded with."""
+        return GradeConfig(**self.overrides())
+
     def runner_flags(self) -> list[str]:
-        flags = ["--small"] if self.small else []
-        for name in ("draws", "warmup", "timed", "rechecks"):
-            value = getattr(self, name)
-            if value is not None:
-                flags += [f"--{name}", str(value)]
-        for flag, value in (("--compile-timeout", self.compile_timeout_s), ("--call-timeout", self.call_timeout_s)):
-            if value is not None:
-                flags += [flag, repr(float(value))]
-        return flags
+        return (["--small"] if self.small else []) + config_flags(self.overrides())
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ import os
 import sys
 import traceback
 
+from metakernelbench.contract import DSLS  # standard library only, like everything this runner imports first
+
 PR_SET_DUMPABLE = 4
 
 
@@ -53,20 +55,39 @@ def _undumpable() -> None:
         os._exit(3)
 
 
+# The GradeConfig fields a judge sets per evaluation, as this runner's flags (``GradeSettings.runner_flags``
+# writes them; tests shrink the counts, ``serve`` passes its time limits): field -> (flag, type, help).
+# An absent flag keeps GradeConfig's default, as ``mkb grade`` does.
+CONFIG_FLAGS: dict[str, tuple[str, type, str | None]] = {
+    "correctness_draws": ("--draws", int, None),
+    "warmup": ("--warmup", int, None),
+    "timed": ("--timed", int, None),
+    "rechecks": ("--rechecks", int, None),
+    "compile_timeout_s": ("--compile-timeout", float, "the compile budget, seconds"),
+    "call_timeout_s": ("--call-timeout", float, "the call budget, seconds"),
+}
+
+
+def config_flags(overrides: dict) -> list[str]:
+    """The runner's flags for GradeConfig ``overrides`` (field -> value), in ``CONFIG_FLAGS``' order."""
+    flags: list[str] = []
+    for field, (flag, kind, _) in CONFIG_FLAGS.items():
+        if overrides.get(field) is not None:
+            value = overrides[field]
+            flags += [flag, repr(float(value)) if kind is float else str(value)]
+    return flags
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="metakernelbench.verifier.judge.runner", description=__doc__)
     p.add_argument("--problem", required=True, help="problem id or NN_slug")
-    p.add_argument("--dsl", required=True, choices=("cutedsl", "tirx"))
+    p.add_argument("--dsl", required=True, choices=DSLS)
     p.add_argument("--kernel", required=True)
     p.add_argument("--device", default=None)
     p.add_argument("--problems-root", default=None)
     p.add_argument("--small", action="store_true", help="grade at the problem's small workload (CPU tests)")
-    p.add_argument("--draws", type=int, default=None)
-    p.add_argument("--warmup", type=int, default=None)
-    p.add_argument("--timed", type=int, default=None)
-    p.add_argument("--rechecks", type=int, default=None)
-    p.add_argument("--compile-timeout", type=float, default=None, help="the compile budget, seconds")
-    p.add_argument("--call-timeout", type=float, default=None, help="the call budget, seconds")
+    for field, (flag, kind, text) in CONFIG_FLAGS.items():
+        p.add_argument(flag, type=kind, default=None, dest=field, metavar=flag[2:].replace("-", "_").upper(), help=text)
     return p.parse_args(argv)
 
 
@@ -97,10 +118,8 @@ def _start_workers_early(args: argparse.Namespace):
 
 
 def _overrides(args: argparse.Namespace) -> dict:
-    return {k: v for k, v in (("correctness_draws", args.draws), ("warmup", args.warmup),
-                              ("timed", args.timed), ("rechecks", args.rechecks),
-                              ("compile_timeout_s", args.compile_timeout), ("call_timeout_s", args.call_timeout))
-            if v is not None}
+    """The GradeConfig fields the flags set."""
+    return {field: getattr(args, field) for field in CONFIG_FLAGS if getattr(args, field) is not None}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from metakernelbench.contract import GRADER_IMAGES
 from metakernelbench.problems import PROBLEMS_DIR
 
 from .cpu_plan import host_plan
@@ -29,7 +30,7 @@ from .store import Store
 
 log = logging.getLogger("metakernelbench.judge")
 PR_SET_CHILD_SUBREAPER = 36
-DEFAULT_IMAGES = {"cutedsl": "metakernelbench/grader-cutedsl:0.1.0", "tirx": "metakernelbench/grader-tirx:0.1.0"}
+DEFAULT_IMAGES = GRADER_IMAGES  # the images `mkb build` writes (images/grader-<dsl>.Dockerfile)
 
 
 @dataclass
