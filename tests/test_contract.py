@@ -10,11 +10,12 @@ import dataclasses
 import functools
 import subprocess
 import sys
+from typing import get_args
 
 import pytest
 
 from metakernelbench import contract
-from metakernelbench.contract import DSLS, Enforcer, GradeConfig
+from metakernelbench.contract import DSLS, Enforcer, GradeConfig, Status
 
 
 def test_it_imports_without_torch_or_pydantic():
@@ -27,12 +28,13 @@ def test_it_imports_without_torch_or_pydantic():
 
 
 def test_the_old_import_paths_give_the_contracts_objects():
+    from metakernelbench.skill_transfer import submission
     from metakernelbench.verifier import grader, launch, provenance, result
 
     assert launch.GradeConfig is grader.GradeConfig is contract.GradeConfig
     assert launch.Verdict is grader.Verdict is contract.Verdict
     assert result.Status is grader.Status is contract.Status
-    assert result.SPEEDUP_CAP is contract.SPEEDUP_CAP
+    assert result.SPEEDUP_CAP is submission.SPEEDUP_CAP is contract.SPEEDUP_CAP
     assert provenance.MIN_DSL_SHARE is contract.MIN_DSL_SHARE
 
 
@@ -43,6 +45,26 @@ def test_the_problem_format_defaults_to_the_contracts_tolerance():
 
 
 # ---- DSL names and statuses -----------------------------------------------------------------------
+
+def test_every_list_of_the_dsls_is_the_contracts():
+    from metakernelbench.adapters import dsl_docs
+    from metakernelbench.adapters.dsl import DSLS as VARIANTS
+    from metakernelbench.skill_transfer import models, submission
+    from metakernelbench.verifier import controls, hooks
+    from metakernelbench.verifier.judge import check
+
+    assert DSLS == tuple(d.value for d in contract.DslName) == ("cutedsl", "tirx")
+    assert tuple(VARIANTS) == DSLS and all(VARIANTS[d].other.key == contract.other_dsl(d) for d in DSLS)
+    assert get_args(models.Dsl) == DSLS
+    assert models.DIRECTIONS == get_args(models.Direction) == tuple(f"{d}2{contract.other_dsl(d)}" for d in DSLS)
+    assert submission.ARMS == (*(f"solo_{d}" for d in DSLS), *models.DIRECTIONS)
+    assert tuple(hooks.INSTALLERS) == tuple(controls.DSL_IMPORT) == DSLS
+    # shipped verbatim into the sandbox, so literal there: the agent's `check` and the offline API docs
+    assert dsl_docs.PACKAGES == {dsl: [package] for dsl, package in contract.DSL_PACKAGES.items()}
+    for dsl in DSLS:
+        assert check.main(["--dsl", dsl, "/nonexistent/kernel.py"]) == 1  # accepted; then the file is missing
+    with pytest.raises(SystemExit):
+        check.main(["--dsl", "triton", "/nonexistent/kernel.py"])
 
 
 def test_a_kernel_must_import_its_dsls_package_and_not_the_others():
@@ -55,6 +77,13 @@ def test_a_kernel_must_import_its_dsls_package_and_not_the_others():
         (other,) = contract.FOREIGN_DSL_PACKAGES[dsl]
         assert other == contract.DSL_PACKAGES[contract.other_dsl(dsl)]
         assert set(rules.DSL_FOREIGN[dsl]) == {other}
+
+
+def test_the_statuses_are_the_contracts():
+    from metakernelbench.skill_transfer import models
+
+    assert models.GRADER_STATUSES == tuple(s.value for s in Status)
+    assert models.STATUS_INFRA == Status.INFRA_ERROR
 
 
 # ---- GradeConfig and the judge ---------------------------------------------------------------------
