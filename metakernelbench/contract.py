@@ -129,6 +129,9 @@ class GradeConfig:
     # polling workers also compete for cores: off until the H200 records show which way it moves
     # the grade (benchmarks/h200_timing.py; docs/grading.md).
     hot_wait_ms: float = 0.0
+    # The device memory the grade plans its placement for (``verifier.memory``): None takes the CUDA
+    # device's whole memory (a CPU grade plans nothing); a smaller figure grades as if on a smaller card.
+    memory_budget_bytes: int | None = None
 
 
 # ---- Forbidden imports --------------------------------------------------------------------------

@@ -138,6 +138,7 @@ def _stages(ev: Evaluation, stages: Stages, fields: dict[str, Any], details: dic
            f"then {config.call_timeout_s:g} s a call)")
     checks.correctness(ev, stages)
     stages.mark("correctness")
+    details["memory_plan"] = ev.memory.describe()  # the sizes are known now: the rest of the grade follows it
     seeds = [ev.seed() for _ in range(config.warmup + config.timed)]
     recheck_at = ev.rng.sample(range(config.warmup, config.warmup + config.timed), config.rechecks)
     ev.await_reference()
@@ -177,4 +178,5 @@ def _stages(ev: Evaluation, stages: Stages, fields: dict[str, Any], details: dic
     ev.say(f"bypass test: {min(len(ev.launch_sites), config.max_bypass_sites)} launch site(s) suppressed in turn")
     fields["bypass"] = provenance.bypass(ev)
     stages.mark("bypass")
+    details["memory_plan"] = ev.memory.describe()
     return score(ev.problem, ev.dsl, kernel, eager, config, fields)

@@ -79,28 +79,37 @@ def timing_loop(ev: Evaluation, handle: WorkerHandle, seeds: list[int], warmup: 
 
     For the candidate (``keep`` given), timed calls are kept for ``checks.recheck``: the ``chosen``
     ones (drawn in secret before timing) with the grader's copy of their in-place outputs at DONE,
-    and on the CPU every timed call with its returned outputs read out of the worker at DONE.
+    and on the CPU every timed call with its returned outputs read out of the worker at DONE. Where
+    the worker keeps them is the memory plan's (``memory.Placement.keep_on_device``): in its own
+    memory, every timed call's outputs until the rechecks fetch them (the contract's way; 50 calls'
+    outputs on the GPU); or sent back after every timed call, all of them alike so that the worker
+    cannot tell the chosen calls, the grader holding the chosen calls' outputs in host memory.
     """
     spans, own, returned, exposed = [], [], [], []
     cpu = ev.device.type == "cpu"
+    keeping = keep is not None
+    sent_back = keeping and not ev.memory.placement.keep_on_device
+    host = sent_back or ev.memory.placement.expected_on_host
     for i, seed in enumerate(seeds):
         timed = i >= warmup
-        snapshot = keep is not None and timed and (cpu or i in chosen)
-        call = ev.call(handle, ev.draw(seed), snapshot=snapshot, keep_outputs=timed and keep is not None,
-                       check_threads=timed, light_checks=True)
+        snapshot = keeping and timed and (cpu or i in chosen)
+        call = ev.call(handle, ev.draw(seed), snapshot=snapshot, keep_outputs=timed and keeping and not sent_back,
+                       send_outputs=timed and sent_back, check_threads=timed, light_checks=True)
         if timed:
             spans.append(call.span_ns / 1e6)
             exposed.append(call.exposed_ns / 1e3)
             own.append(call.result.elapsed_ns / 1e6)
             returned.append(call.result.returned_ns / 1e6)
-            if keep is not None and (i in chosen or call.done_outputs is not None):
+            if keeping and (i in chosen or (call.done_outputs is not None and not sent_back)):
                 # in-place inputs now hold the call's results (equal to the grader's copy at DONE):
                 # copied now, since the buffers take the next draw. The other inputs are not kept:
                 # the recheck compares with the reference of the seed, and holding whole draws (GBs
-                # of weights at upstream sizes) would crowd the GPU at the recheck.
-                inplace = tuple(v.clone() if name in ev.spec.inplace and i in chosen else None
+                # of weights at upstream sizes) would crowd the GPU at the recheck. (Sent back, the
+                # outputs were held to the grader's copy at DONE when they arrived: ``Evaluation.call``.)
+                inplace = tuple((v.cpu() if host else v.clone()) if name in ev.spec.inplace and i in chosen else None
                                 for name, v in zip(ev.spec.inputs, call.inputs, strict=True))
-                keep[i] = (call.result.seq, inplace, call.done_outputs, i in chosen)
+                held = call.outputs if sent_back else None
+                keep[i] = (call.result.seq, inplace, None if sent_back else call.done_outputs, i in chosen, held)
     # the checks the loop's calls deferred (``CallRequest.light_checks``) run now, before any
     # figure of this loop is used: a fetch of nothing
     handle.request(FetchRequest(0, "", []), ev.config.call_timeout_s)
