@@ -131,6 +131,7 @@ class RunnerReport:
     result: dict | None = None
     infra: str | None = None
     warm_ready: bool = False  # a warm runner (``runner --warm``) is ready for its dispatch
+    finished: threading.Event = field(default_factory=threading.Event)  # the result arrived
 
     def feed(self, line: str, on_stage: Callable[[str], None] | None = None) -> None:
         try:
@@ -145,6 +146,7 @@ class RunnerReport:
                 on_stage(obj["stage"])
         if isinstance(obj.get("result"), dict):
             self.result = obj["result"]
+            self.finished.set()
         if isinstance(obj.get("infra"), str):
             self.infra = obj["infra"]
         if obj.get("warm") == "ready":
@@ -559,7 +561,8 @@ class SubprocessIsolation:
                 if _proc_state(proc.pid) in ("T", "t"):
                     stopped = True
                     break
-            time.sleep(0.2)
+            if report.finished.wait(0.2):
+                break  # the verdict is in (its workers already ended): its interpreter's exit is not waited for
         if proc.poll() is None:
             _kill_group(proc)
         reader.join(5)
