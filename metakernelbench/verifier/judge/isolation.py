@@ -24,7 +24,8 @@ evaluation: a ``.pth`` file, a patched package, a daemon left running on the GPU
   with a running submission, never holds the GPU or the slot's cores while another evaluation of the
   slot is timed, and an evaluation that arrives while it still starts is dispatched to it anyway
   (the rest of its start is still less than a cold one). One that dies or is not ready within its
-  start limit is replaced; with none to hand, an evaluation starts cold, as without the pool.
+  start limit is replaced, and so is one that has waited ``pool_max_age_s``; with none to hand, an
+  evaluation starts cold, as without the pool.
 
 Both run an evaluation on its device slot's own physical cores (``cpu_plan``: no two slots' timing
 loops meet on a core), read the runner's report (``runner``) and apply the same blame rule
@@ -372,8 +373,8 @@ class SubprocessIsolation:
 
     def __init__(self, work_root: Path, settings: GradeSettings, problems_root: Path | None = None,
                  drop_privileges: bool | None = None, watch_imports: bool | None = None, watch_scope: str = "all",
-                 pool: bool = False, pool_dsls: tuple[str, ...] = DSLS):
-        self.pool, self.pool_dsls = pool, tuple(pool_dsls)
+                 pool: bool = False, pool_dsls: tuple[str, ...] = DSLS, pool_max_age_s: float = 3600.0):
+        self.pool, self.pool_dsls, self.pool_max_age_s = pool, tuple(pool_dsls), pool_max_age_s
         self._warm: dict[int, WarmRunner] = {}  # each slot's warm runner (``idle``)
         self._failures: dict[int, int] = {}
         self._next_try: dict[int, float] = {}
@@ -614,30 +615,36 @@ class SubprocessIsolation:
     def idle(self, slot: int, device: str) -> None:
         """Keep one warm runner for the slot (the judge's slot thread calls this whenever it has no work,
         and after each evaluation): start one where there is none, replace one that died or was not
-        ready within ``warm_limit_s`` (after a pause that doubles with each such failure in a row)."""
+        ready within ``warm_limit_s`` (after a pause that doubles with each such failure in a row), and
+        one older than ``pool_max_age_s`` (it grades with the code it imported when it started)."""
         if not self.pool or self.tainted:
             return
         with self._pool_lock:
             if self._closed:
                 return
             warm, now = self._warm.get(slot), time.monotonic()
-            if warm is not None:
-                if warm.proc.poll() is None and (warm.ready or now - warm.started < self.warm_limit_s):
-                    if warm.ready:
-                        self._failures[slot] = 0
-                    return
-                del self._warm[slot]
+            if warm is None:
+                if now >= self._next_try.get(slot, 0.0):
+                    started = self._start_warm(slot, device)
+                    if started is not None:
+                        self._warm[slot] = started
+                return
+            alive = warm.proc.poll() is None
+            if alive and warm.ready and now - warm.started < self.pool_max_age_s:
+                self._failures[slot] = 0
+                return
+            if alive and not warm.ready and now - warm.started < self.warm_limit_s:
+                return
+            del self._warm[slot]
+            if alive and warm.ready:  # idle for long: a fresh one (the files it imported may have changed)
+                why = f"waited {now - warm.started:.0f} s"
+            else:
+                why = "ended" if not alive else "was not ready in time"
                 self._failures[slot] = self._failures.get(slot, 0) + 1
                 self._next_try[slot] = now + min(300.0, 2.0 ** self._failures[slot])
-                log.warning("slot %s: warm runner %s %s; replaced", slot, warm.proc.pid,
-                            "ended" if warm.proc.poll() is not None else "was not ready in time")
-                self._discard(warm)
-                return
-            if now < self._next_try.get(slot, 0.0):
-                return
-            started = self._start_warm(slot, device)
-            if started is not None:
-                self._warm[slot] = started
+        log.log(logging.INFO if alive and warm.ready else logging.WARNING, "slot %s: warm runner %s %s; replaced",
+                slot, warm.proc.pid, why)
+        self._discard(warm)  # (its replacement starts at a later call: after this cleanup and any pause)
 
     def _dispatch(self, req: EvalRequest, slot: int, on_stage: Callable[[str], None]) -> WarmRunner | None:
         """Hand the evaluation to the slot's warm runner (ready or still starting): the kernel file into its

@@ -161,6 +161,19 @@ def test_a_warm_runner_not_ready_within_its_limit_is_replaced(tmp_path):
         iso.shutdown()
 
 
+def test_a_warm_runner_idle_for_too_long_is_replaced_at_once(tmp_path):
+    iso = ScriptPool(tmp_path, pool_max_age_s=1.0)
+    try:
+        old = ready(iso)
+        time.sleep(1.1)
+        iso.idle(0, "cpu")
+        assert not alive(old.proc.pid) and iso.warm_runner(0) is None
+        iso.idle(0, "cpu")  # not a failure: no pause before the next one
+        assert iso.warm_runner(0) is not None and iso.warm_runner(0).proc.pid != old.proc.pid
+    finally:
+        iso.shutdown()
+
+
 def test_a_warm_runner_failing_before_grading_is_not_charged(tmp_path):
     iso = ScriptPool(tmp_path, warm=PRELUDE + textwrap.dedent("""
         emit({"warm": "ready"}); sys.stdin.readline()
