@@ -277,3 +277,30 @@ def test_the_judge_grades_warm_in_fresh_processes_under_the_evaluations_own_limi
     if last is not None:
         assert not alive(last.proc.pid)
     assert list((tmp_path / "state" / "work").glob("eval-*")) == []
+
+
+# files of the exploit suite whose verdict does not depend on where the kernel file lies: through a warm
+# runner they must get the verdict they get from a grader started for them (tests/exploits/manifest.toml)
+WARM_EXPLOITS = ("guard_switch_off", "import_problem_hidden", "patch_grader_deep", "signal_parent", "forge_doorbell",
+                 "anon_exec_after_compile")
+
+
+@pytest.mark.slow
+def test_runtime_exploits_get_their_verdicts_through_warm_runners(tmp_path):
+    import tomllib
+
+    manifest = {Path(e["file"]).stem: e for e in tomllib.loads(
+        (REPO / "tests" / "exploits" / "manifest.toml").read_text())["exploit"]}
+    iso = SubprocessIsolation(tmp_path / "work", GradeSettings(small=True, draws=2, warmup=2, timed=5, rechecks=2),
+                              drop_privileges=False, watch_imports=False, pool=True, pool_dsls=("tirx",))
+    try:
+        for n, name in enumerate(WARM_EXPLOITS):
+            entry = manifest[name]
+            assert (entry["device"], entry["config"], entry["static"]) == ("cpu", "reduced", False)
+            ready(iso, timeout=300)
+            source = (REPO / "tests" / "exploits" / entry["file"]).read_bytes()
+            out = iso.evaluate(EvalRequest(n + 1, entry["problem"], entry["dsl"], source), "cpu", 0, lambda s: None)
+            assert out.result["status"] == entry["expected"], (name, out.result["message"])
+            assert out.result["details"].get("warm") == "true", (name, out.result["details"])
+    finally:
+        iso.shutdown()
