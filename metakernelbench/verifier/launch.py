@@ -5,7 +5,9 @@ eager reference) for every evaluation. Everything needed to start them lives her
 so that a caller that has not imported torch yet (the judge's runner) can start the workers first
 and import the grader while they start (``start_workers``); the workers' start is the longest stage
 of a grading. The candidate worker then waits for the grader's release (``WorkerHandle.release``)
-before it imports the kernel file, so starting early runs nothing of the submission. ``GradeConfig``
+before it imports the kernel file, so starting early runs nothing of the submission. The judge's pool
+starts them earlier still, before the evaluation exists (``start_warm_workers``: a candidate worker per
+DSL and the reference worker, given their evaluation later by ``WarmWorkers.assign``). ``GradeConfig``
 and ``Verdict`` are the contract's (``metakernelbench.contract``, torch-free as well); this module and
 ``grader`` re-export them.
 """
@@ -23,13 +25,13 @@ import time
 import types
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from metakernelbench.contract import GradeConfig, Status, Verdict
 
 from .doorbell import DONE, READY, TOUCHED, Doorbell
-from .protocol import CallRequest, LoadRequest, WorkerSetup
+from .protocol import WARM_READY, CallRequest, LoadRequest, WorkerSetup
 
 SCRUBBED_PREFIXES = ("TVM_", "CUTE_DSL_", "CUTLASS_", "PYTORCH_", "TORCH_", "CUDA_LAUNCH_BLOCKING",
                      "LD_PRELOAD", "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONBREAKPOINT", "NVIDIA_TF32",
@@ -108,6 +110,7 @@ class WorkerHandle:
         setup.hot_wait_ns = 0 if share_cpu else int(hot_wait_ms * 1e6)  # polling needs a core to spare
         ctx = multiprocessing.get_context("spawn")
         setup.spawned_at = time.time()
+        self.hot_wait_ns, self.spawned_at = setup.hot_wait_ns, setup.spawned_at
         self.bell = Doorbell.create(bell_dir)
         setup.doorbell = self.bell.path
         self.parent, child = ctx.Pipe(duplex=True)
@@ -124,6 +127,13 @@ class WorkerHandle:
     def release(self) -> None:
         """Let a candidate worker import the kernel file (it waits for this: ``protocol.LoadRequest``)."""
         self.parent.send(LoadRequest())
+
+    def configure(self, setup: WorkerSetup) -> None:
+        """Hand a warm worker (``start_warm_workers``) its evaluation: the setup a worker started for it
+        would have had, on this worker's page; it applies the rest of its start from there."""
+        setup.hot_wait_ns, setup.spawned_at, setup.doorbell = self.hot_wait_ns, self.spawned_at, self.bell.path
+        self.nonce = setup.nonce
+        self.parent.send(setup)
 
     def _alive(self) -> bool:
         """Still working on the call: alive and nothing (a failure report) waiting on the pipe."""
@@ -327,6 +337,13 @@ def evaluations_root() -> str:
     return root
 
 
+def _scratch_and_plan(config: GradeConfig) -> tuple[str, set[int] | None, tuple[set[int], set[int]] | None]:
+    """A new scratch folder for one evaluation, the caller's CPU set and the core plan."""
+    scratch = tempfile.mkdtemp(prefix="mkb-eval-", dir=evaluations_root())
+    original = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    return scratch, original, core_plan() if config.pin_cores and original else None
+
+
 def start_workers(kernel: Path, dsl: str, problem_file: Path, num_outputs: int, device: str,
                   config: GradeConfig, protected_paths: list[str] | None = None) -> Started:
     """Start the candidate and the reference worker of one evaluation, on their own CPUs.
@@ -338,14 +355,99 @@ def start_workers(kernel: Path, dsl: str, problem_file: Path, num_outputs: int, 
     """
     kernel, problem_file = Path(kernel).resolve(), Path(problem_file).resolve()
     protected = [str(problem_file.parent), *(protected_paths or [])]
-    scratch = tempfile.mkdtemp(prefix="mkb-eval-", dir=evaluations_root())
-    original = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    plan = core_plan() if config.pin_cores and original else None
+    scratch, original, plan = _scratch_and_plan(config)
     candidate = spawn_worker(candidate_setup(kernel, dsl, device, num_outputs, protected, scratch, config), scratch,
                              config, plan)
     reference = spawn_worker(reference_setup(problem_file, device, num_outputs), scratch, config, plan)
     return Started(scratch, protected, candidate, reference, plan, original,
                    (str(kernel), dsl, str(problem_file), device))
+
+
+@dataclass
+class WarmWorkers:
+    """An evaluation's workers started before the evaluation is known (``start_warm_workers``): one
+    candidate worker per DSL it may be for and the reference worker, each holding torch, its device
+    and (a candidate) its DSL, and nothing of any evaluation. ``assign`` makes them one evaluation's."""
+
+    scratch: str
+    device: str
+    config: GradeConfig
+    candidates: dict[str, WorkerHandle]
+    reference: WorkerHandle
+    plan: tuple[set[int], set[int]] | None
+    original_cpus: set[int] | None
+    ready: set[WorkerHandle] = field(default_factory=set)  # the workers that said WARM_READY
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait, at most ``timeout`` seconds in all, until every worker has loaded what it loads before
+        its evaluation (its ``WARM_READY``); True when all have."""
+        deadline = time.monotonic() + timeout
+        for handle in (*self.candidates.values(), self.reference):
+            if handle in self.ready or not handle.parent.poll(max(deadline - time.monotonic(), 0.0)):
+                continue
+            try:
+                if handle.parent.recv_bytes(len(WARM_READY)) == WARM_READY:
+                    self.ready.add(handle)
+            except (EOFError, OSError):  # it died, or sent something else: not ready
+                pass
+        return all(h in self.ready for h in (*self.candidates.values(), self.reference))
+
+    def unusable(self, dsl: str) -> str | None:
+        """Why these workers cannot take an evaluation in ``dsl`` (None when they can)."""
+        if dsl not in self.candidates:
+            return f"no warm candidate worker for {dsl}"
+        self.wait_ready(0.0)
+        for name, handle in (("candidate", self.candidates[dsl]), ("reference", self.reference)):
+            if handle not in self.ready:
+                return f"the warm {name} worker was not ready"
+            if not handle.process.is_alive() or handle.parent.poll(0):  # gone since
+                return f"the warm {name} worker did not stay ready"
+        return None
+
+    def assign(self, kernel: Path, dsl: str, problem_file: Path, num_outputs: int,
+               protected_paths: list[str] | None = None) -> Started:
+        """Make these workers the evaluation's: the other DSLs' candidate workers are ended first (nothing
+        but the evaluation's own workers runs beside the submission), then the candidate and the
+        reference worker get the setup ``start_workers`` would have started them with."""
+        kernel, problem_file = Path(kernel).resolve(), Path(problem_file).resolve()
+        candidate = self.candidates.pop(dsl)
+        for other in self.candidates.values():
+            other.close()
+        self.candidates.clear()
+        protected = [str(problem_file.parent), *(protected_paths or [])]
+        candidate.configure(candidate_setup(kernel, dsl, self.device, num_outputs, protected, self.scratch,
+                                            self.config))
+        self.reference.configure(reference_setup(problem_file, self.device, num_outputs))
+        return Started(self.scratch, protected, candidate, self.reference, self.plan, self.original_cpus,
+                       (str(kernel), dsl, str(problem_file), self.device))
+
+    def close(self) -> None:
+        """End every worker, remove the scratch folder and give the CPUs back (``close_quietly``)."""
+        for handle in (*self.candidates.values(), self.reference):
+            handle.close()
+        self.candidates.clear()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        if self.plan and self.original_cpus:
+            os.sched_setaffinity(0, self.original_cpus)
+
+
+def warm_setup(mode: str, dsl: str, device: str, scratch: str, config: GradeConfig) -> WorkerSetup:
+    """The setup of a worker started before its evaluation: its kind, DSL and device, and the scratch
+    folder it will write in, and nothing of an evaluation (``WarmWorkers.assign`` sends the rest)."""
+    return WorkerSetup(mode=mode, dsl=dsl, path="", device=device, num_outputs=0, nonce="",
+                       scratch=scratch if mode == "candidate" else "", require_sandbox=config.require_sandbox,
+                       warm=True)
+
+
+def start_warm_workers(dsls: list[str], device: str, config: GradeConfig) -> WarmWorkers:
+    """Start one evaluation's workers before the evaluation is known (the judge's pool, ``judge.runner
+    --warm``): a candidate worker for each of ``dsls`` and the reference worker, in a new scratch folder,
+    on the workers' CPUs of the core plan. They load torch, their device and their DSL, then wait."""
+    scratch, original, plan = _scratch_and_plan(config)
+    candidates = {dsl: spawn_worker(warm_setup("candidate", dsl, device, scratch, config), scratch, config, plan)
+                  for dsl in dsls}
+    reference = spawn_worker(warm_setup("reference", "none", device, "", config), scratch, config, plan)
+    return WarmWorkers(scratch, device, config, candidates, reference, plan, original)
 
 
 def spawn_worker(setup: WorkerSetup, scratch: str, config: GradeConfig,

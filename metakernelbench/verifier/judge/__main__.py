@@ -38,7 +38,7 @@ def _serve(args: argparse.Namespace) -> int:
                          budget=args.budget, minutes=args.minutes, images=images,
                          drop_privileges={"auto": None, "yes": True, "no": False}[args.drop_privileges],
                          watch=args.watch, engine=args.engine, ray_address=args.ray_address,
-                         ray_devices=args.ray_devices)
+                         ray_devices=args.ray_devices, pool=args.pool == "on")
     if args.problems_root:
         config.problems_root = Path(args.problems_root)
     if not (config.listen or config.unix):
@@ -110,6 +110,9 @@ def build_parser(prog: str = "python -m metakernelbench.verifier.judge") -> argp
     s.add_argument("--watch", default="auto", choices=("auto", "all", "site", "off"),
                    help="scan import roots after each evaluation (auto: when evaluations run as the judge's "
                         "own user; site: installed packages only, not this checkout)")
+    s.add_argument("--pool", default="off", choices=("on", "off"),
+                   help="subprocess isolation: start each device slot's next evaluation (its runner and workers, "
+                        "nothing of a submission) while the slot is idle, so a grading does not wait for their start")
     s.add_argument("--secrets-dir", default=None, help="write relay.token and final.token here (Docker mode)")
     s.add_argument("--budget", type=int, default=SUBMISSIONS)
     s.add_argument("--minutes", type=float, default=float(ATTEMPT_MINUTES))

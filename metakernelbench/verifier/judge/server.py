@@ -48,6 +48,7 @@ class JudgeConfig:
     images: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_IMAGES))
     drop_privileges: bool | None = None
     watch: str = "auto"  # auto | all | site | off: the import-root scan when evaluations cannot drop privileges
+    pool: bool = False  # subprocess isolation: keep one warm runner per device slot (``SubprocessIsolation.idle``)
     engine: str = "local"  # local: the devices of this host | ray: the device actors of a Ray cluster
     ray_address: str | None = "auto"
     ray_devices: int = 0  # with ray: wait (up to a minute) until the cluster offers this many devices
@@ -85,7 +86,7 @@ def make_isolation(config: JudgeConfig):
     watch = None if config.watch == "auto" else config.watch != "off"
     return SubprocessIsolation(config.state / "work", config.settings, config.problems_root,
                                drop_privileges=config.drop_privileges, watch_imports=watch,
-                               watch_scope="site" if config.watch == "site" else "all")
+                               watch_scope="site" if config.watch == "site" else "all", pool=config.pool)
 
 
 class RunningJudge:
@@ -139,7 +140,8 @@ class RunningJudge:
             self.scheduler.abandon()
         else:
             self.scheduler.abandon()  # what runs now is queued again at the next start
-            kill_all = getattr(self.isolation, "kill_all", None)
+            # every evaluation's processes, and the warm runners of the pool
+            kill_all = getattr(self.isolation, "shutdown", None) or getattr(self.isolation, "kill_all", None)
             if kill_all:
                 kill_all()
             self.scheduler.stop()
