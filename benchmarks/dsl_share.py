@@ -19,6 +19,7 @@ import json
 import torch
 from independent_loop import load  # the plain loader of the independent stopwatch, beside this file
 
+from metakernelbench.contract import DSLS
 from metakernelbench.verifier.provenance import is_dsl_kernel  # the grader's own classification
 
 
@@ -37,7 +38,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("problem")
     p.add_argument("kernel")
-    p.add_argument("--dsl", required=True, choices=("cutedsl", "tirx"))
+    p.add_argument("--dsl", required=True, choices=DSLS)
     p.add_argument("--calls", type=int, default=5)
     args = p.parse_args()
     if not torch.cuda.is_available():

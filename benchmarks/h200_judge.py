@@ -10,8 +10,10 @@ isolation, one device), registers two attempts the way the no-Docker Harbor envi
 runs the sandbox's own ``submit`` command for both at once: the TIRx pilot oracle of problem 28 on
 the TIRx task and the CuTe DSL one on the CuTe DSL task. Then the verifier's final-grade client
 grades the TIRx oracle again. It records, per submission, the time spent queued and grading as the
-judge saw it and as the client saw it, the status and speedup, whether any two evaluations
-overlapped (they must not), and the command, commit, device and date.
+judge saw it and as the client saw it, the status and speedup, whether it was dispatched to a warm
+runner and its stage breakdown, whether any two evaluations overlapped (they must not), and the
+command, commit, device and date. ``--judge-args '--pool off'`` measures the judge without its pool
+of warm runners; ``benchmarks/judge_pool.py`` compares the two, interleaved.
 """
 
 from __future__ import annotations
@@ -133,14 +135,17 @@ def main(argv: list[str] | None = None) -> int:
             run.update(status=answer.get("status"), queue_wait_s=answer.get("queue_wait_s"),
                        grading_s=answer.get("wall_s"), speedup=result.get("speedup"),
                        kernel_ms=result.get("kernel_ms"), eager_ms=result.get("eager_ms"),
-                       grade_wall_s=result.get("grade_wall_s"), report=answer.get("report"),
+                       grade_wall_s=result.get("grade_wall_s"), stages_s=result.get("stages_s"),
+                       warm=(result.get("details") or {}).get("warm"), report=answer.get("report"),
                        submissions_left=answer.get("submissions_left"), charged=sub.charged if sub else None)
             run.pop("answer", None)
         final_sub = [s for s in subs.values() if s.kind == "final"]
         if final_sub:
             f = final_sub[-1]
             record["final"].update(status=f.status, queue_wait_s=(f.started_at or 0) - f.queued_at,
-                                   grading_s=(f.finished_at or 0) - (f.started_at or 0))
+                                   grading_s=(f.finished_at or 0) - (f.started_at or 0),
+                                   warm=((f.result or {}).get("details") or {}).get("warm"),
+                                   stages_s=(f.result or {}).get("stages_s"))
         spans = sorted((e["started_at"], e["finished_at"], e["submission_id"]) for e in store.evaluations())
         record["evaluations"] = [{"submission": s, "started_at": a, "finished_at": b, "seconds": b - a}
                                  for a, b, s in spans]
@@ -160,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({k: record[k] for k in ("device", "overlapping_evaluations")}, indent=2))
     for dsl, run in record.get("submissions", {}).items():
         print(f"{dsl}: {run.get('status')} queue {run.get('queue_wait_s')} s, grading {run.get('grading_s')} s, "
-              f"speedup {run.get('speedup')}")
+              f"warm {run.get('warm')}, speedup {run.get('speedup')}")
     print(f"final: {record.get('final', {}).get('status')} reward {record.get('final', {}).get('reward')}")
     return 0
 

@@ -3,14 +3,18 @@
     python3 benchmarks/h200_oracle_check.py --out results/h200/oracle-check.json [--parallel 8]
                                             [--only 01,28_tirx,moe] [--small-only] [--device cuda]
                                             [--kernel TASK=FILE] [--alone 33,34] [--stats 12,47_cutedsl]
+                                            [--memory-budget-gb 80]
     python3 benchmarks/h200_oracle_check.py --merge RUN.json results/h200/oracle-check.json
 
 Each oracle runs in its own process (``--one``), ``--parallel`` at a time (the DSLs' first-call
 compiles are CPU work, so a 16-core host checks several at once): the small workload once and the
 graded workload twice, each draw judged by the grader's own comparison against the reference and
 the float64 anchor (``verifier.correctness.check_draw``). A draw runs in stages (reference, anchor,
-kernel), each stage's inputs freed before the next is drawn, so a check needs no more GPU memory
-than a final grade's trusted process. No timing and no sandbox: this says which oracles are
+kernel), each stage's inputs freed before the next is drawn, and follows a final grade's memory plan
+(``verifier.memory``: the anchor computed on the CPU, the comparison one output at a time, where the
+device's memory, or ``--memory-budget-gb``, is too small), so a check needs no more GPU memory than
+a final grade of the same task; each draw's record names the plan it followed. No timing and no
+sandbox: this says which oracles are
 correct, quickly, so that ``h200_oracles.py`` then grades and times only those. The record lists,
 per oracle, ok, the first mismatch or error, the seconds of its first call and of the whole check
 and the process's GPU memory peak, with the command, commit, device and date; ``--stats`` adds, for
@@ -35,51 +39,27 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 
-def draw_mismatch_in_stages(problem, solve, workload: dict, seed: int, device, stats: bool = False):
-    """The grader's comparison of one draw (as ``verifier.selfcheck.draw_mismatch``), in stages that
-    free what the next stage does not need: the reference's inputs before the float64 anchor's are
-    drawn, those before the kernel's are, so the process holds at most one draw's inputs, the
-    reference's, the anchor's and the kernel's graded outputs (a final grade's trusted process holds
-    the reference's and the anchor's draws together). Returns (mismatch or None, error statistics
-    per floating output when ``stats``)."""
-    import torch
+def draw_mismatch_in_stages(problem, solve, workload: dict, seed: int, device, stats: bool = False,
+                            planner=None):
+    """The grader's comparison of one draw (``verifier.selfcheck.draw_mismatch``): the reference, the
+    float64 anchor and the kernel in stages, each stage's draw freed before the next, placed by the
+    grade's memory plan (``planner``, ``verifier.memory``: the anchor, the comparison and the expected
+    values leave the GPU as a final grade's would), so a check holds no more of the GPU than a final
+    grade of the task. Returns (mismatch or None, error statistics per floating output when ``stats``)."""
+    from metakernelbench.verifier.selfcheck import draw_mismatch
 
-    from metakernelbench.problem_kit import anchor_mode
-    from metakernelbench.verifier.correctness import check_draw
-    from metakernelbench.verifier.tensors import promote_floats, snapshot_graded
-
-    def draw():
-        gen = torch.Generator(device=device).manual_seed(seed)
-        return problem.make_inputs(device, gen, **workload)
-
-    def release():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-            torch.cuda.empty_cache()
-
-    spec = problem.spec
-    with torch.no_grad():
-        inputs = draw()
-        ref = snapshot_graded(spec, inputs, problem.reference(*inputs))
-        del inputs  # graded in-place inputs stay alive through ``ref``
-        release()
-        promoted = promote_floats(draw())
-        with anchor_mode():
-            anchor = snapshot_graded(spec, promoted, problem.reference(*promoted))
-        del promoted
-        release()
-        mine = draw()
-        got = snapshot_graded(spec, mine, solve(*mine))
-        del mine
-        release()
-        mismatch = check_draw(spec, 0, got, ref, anchor)
-        return mismatch, (error_stats(spec, got, ref, anchor) if stats else None)
+    kept: dict = {}
+    mismatch = draw_mismatch(problem, solve, workload, seed, device, planner, kept if stats else None)
+    errors = error_stats(problem.spec, kept["got"], kept["ref"], kept["anchor"],
+                         planner.compare_device if planner else None) if stats else None
+    return mismatch, errors
 
 
-def error_stats(spec, got: dict, ref: dict, anchor: dict) -> dict:
+def error_stats(spec, got: dict, ref: dict, anchor: dict, device=None) -> dict:
     """Per floating output, the kernel's and the reference's distance from the float64 anchor, as the
     grader measures it (element-wise maximum, whole 2-norm, 2-norm of each last-dim row), with the
-    kernel's error over its allowance at factor F: the numbers a tolerance decision rests on."""
+    kernel's error over its allowance at factor F: the numbers a tolerance decision rests on.
+    ``device``: where each output's values are brought for it (the plan's comparison device)."""
     import torch
 
     from metakernelbench.verifier.correctness import ROW_FLOOR_FRACTION
@@ -90,8 +70,9 @@ def error_stats(spec, got: dict, ref: dict, anchor: dict) -> dict:
         r = ref[name]
         if not r.dtype.is_floating_point or name in spec.exact or name in spec.sets:
             continue
+        g, r, a = (v.to(device) if device is not None else v for v in (got[name], r, anchor[name]))
         keep = torch.isfinite(r)
-        g64, r64, a64 = (torch.where(keep, v.to(torch.float64), 0.0) for v in (got[name], r, anchor[name]))
+        g64, r64, a64 = (torch.where(keep, v.to(torch.float64), 0.0) for v in (g, r, a))
         eps, peak = torch.finfo(r.dtype).eps, float(a64.abs().max())
         err, ref_err = (g64 - a64).abs(), (r64 - a64).abs()
         rows = lambda v: v.reshape(-1, v.shape[-1]) if v.dim() >= 2 else v.reshape(1, -1)  # noqa: E731
@@ -125,12 +106,15 @@ def error_stats(spec, got: dict, ref: dict, anchor: dict) -> dict:
     return out
 
 
-def one(task: str, kernel: Path, device: str, small_only: bool, stats: bool = False) -> dict:
-    """Check one oracle in this process; the result as a dict (printed as JSON by ``--one``)."""
+def one(task: str, kernel: Path, device: str, small_only: bool, stats: bool = False,
+        budget_bytes: int | None = None) -> dict:
+    """Check one oracle in this process; the result as a dict (printed as JSON by ``--one``).
+    ``budget_bytes``: the device memory the plan is made for (the device's own by default)."""
     import torch
     from independent_loop import load
 
     from metakernelbench.problems import find_problem
+    from metakernelbench.verifier import memory
     from metakernelbench.verifier.selfcheck import standard_draws
 
     started = time.time()
@@ -139,13 +123,19 @@ def one(task: str, kernel: Path, device: str, small_only: bool, stats: bool = Fa
         problem = find_problem(task.rpartition("_")[0])
         module = load(str(kernel), f"mkb_check_{task}")
         draws = standard_draws(problem)[:1] if small_only else standard_draws(problem)
+        dev = torch.device(device)
+        planners: dict[str, memory.Planner] = {}  # one plan per workload, kept across its draws
         for i, (workload, seed) in enumerate(draws):
             t = time.time()
             graded = workload != problem.spec.small_workload
-            mismatch, errors = draw_mismatch_in_stages(problem, module.solve, workload, seed, torch.device(device),
-                                                       stats)
-            entry = {"workload": "graded" if graded else "small", "seed": seed, "ok": mismatch is None,
-                     "seconds": round(time.time() - t, 2), "mismatch": None if mismatch is None else str(mismatch)}
+            key = "graded" if graded else "small"
+            if key not in planners:
+                planners[key] = memory.Planner(dev, memory.device_budget(dev, budget_bytes))
+            planner = planners[key]
+            mismatch, errors = draw_mismatch_in_stages(problem, module.solve, workload, seed, dev, stats, planner)
+            entry = {"workload": key, "seed": seed, "ok": mismatch is None,
+                     "seconds": round(time.time() - t, 2), "mismatch": None if mismatch is None else str(mismatch),
+                     "memory_plan": planner.describe()}
             if errors:
                 entry["errors"] = errors
             out["draws"].append(entry)
@@ -153,7 +143,7 @@ def one(task: str, kernel: Path, device: str, small_only: bool, stats: bool = Fa
                 out["first_call_s"] = round(time.time() - t, 2)
         out["ok"] = all(d["ok"] for d in out["draws"])
         if torch.cuda.is_available() and device.startswith("cuda"):
-            out["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated(torch.device(device)) / 2**30, 2)
+            out["peak_gpu_gib"] = round(memory.process_peak(torch.device(device)) / 2**30, 2)
     except Exception as exc:  # noqa: BLE001 - the record says what broke, the sweep goes on
         out["error"] = f"{type(exc).__name__}: {exc}"
         out["traceback"] = traceback.format_exc()[-3000:]
@@ -161,12 +151,15 @@ def one(task: str, kernel: Path, device: str, small_only: bool, stats: bool = Fa
     return out
 
 
-def _subprocess(task: str, kernel: Path, device: str, small_only: bool, timeout_s: float, stats: bool) -> dict:
+def _subprocess(task: str, kernel: Path, device: str, small_only: bool, timeout_s: float, stats: bool,
+                budget_gb: float | None = None) -> dict:
     cmd = [sys.executable, __file__, "--one", task, str(kernel), "--device", device]
     if small_only:
         cmd.append("--small-only")
     if stats:
         cmd += ["--stats", "all"]
+    if budget_gb is not None:
+        cmd += ["--memory-budget-gb", str(budget_gb)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -194,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stats", default="",
                    help="NN, NN_dsl or task names whose draws also record their error statistics "
                         "against the float64 anchor (the kernel's and the reference's)")
+    p.add_argument("--memory-budget-gb", type=float, default=None,
+                   help="plan the check's placement for a card of this many GB (1e9 bytes; default: the device's "
+                        "own memory), e.g. 80 on an H200 to check that an 80 GB card's plan holds")
     p.add_argument("--merge", nargs=2, metavar=("RUN", "RECORD"), type=Path,
                    help="add the run file RUN to the union record RECORD (its entries replace earlier ones "
                         "of the same task, which move to superseded_entries) and exit; no GPU needed")
@@ -203,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.one:
         args.stats = bool(args.stats)
-        print(json.dumps(one(args.one[0], Path(args.one[1]), args.device, args.small_only, args.stats)))
+        budget = None if args.memory_budget_gb is None else int(args.memory_budget_gb * 1e9)
+        print(json.dumps(one(args.one[0], Path(args.one[1]), args.device, args.small_only, args.stats, budget)))
         return 0
     if args.out is None:
         p.error("--out is required")
@@ -242,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     for batch, workers in ((shared, args.parallel), (alone, 1)):
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             futures = [pool.submit(_subprocess, task, path, args.device, args.small_only, args.timeout,
-                                   _matches(task, stats_keys))
+                                   _matches(task, stats_keys), args.memory_budget_gb)
                        for task, _, _, path in batch]
             for future in as_completed(futures):
                 record_entry(future.result())

@@ -38,9 +38,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from h200_judge import _device_name, _git_commit, start_judge  # noqa: E402
 
+from metakernelbench.contract import DSLS  # noqa: E402
 from metakernelbench.problems import find_problem, oracle_files, problem_paths  # noqa: E402
 
-DSLS = ("cutedsl", "tirx")
 SHARE_DETAIL = ("dsl_us", "total_us", "kernels", "source", "calls", "note", "error")
 
 

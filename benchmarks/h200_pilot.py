@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from metakernelbench.contract import DSLS
 from metakernelbench.problems import REPO_ROOT, find_problem, oracle_file, oracle_files
 from metakernelbench.verifier.controls import EXPECTED, write_controls
 from metakernelbench.verifier.grader import GradeConfig, grade
@@ -85,7 +86,7 @@ def run_oracles(config, results, only: set[str] | None = None):
     """Every oracle, or those ``only`` names (``NN`` for both DSLs, ``NN_dsl`` for one)."""
     for pid in oracle_problem_ids():
         problem = find_problem(pid)
-        for dsl in ("cutedsl", "tirx"):
+        for dsl in DSLS:
             path = oracle_file(problem, dsl)
             if not path.exists() or (only and pid not in only and f"{pid}_{dsl}" not in only):
                 continue

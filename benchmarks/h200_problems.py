@@ -1,6 +1,9 @@
-"""Per-problem facts on the local GPU: eager time, input bytes, anchor allowance, negative controls.
+"""Per-problem facts on the local GPU: eager time, input bytes, anchor allowance, negative controls,
+and a final grade's GPU memory peak.
 
     python benchmarks/h200_problems.py --out results/h200/problems.json [--only 02,28]
+    python benchmarks/h200_problems.py --grade-peak --merge --out results/h200/problems.json --only 06,33,34,45,47 \
+        [--dsl cutedsl] [--memory-budget-gb 80]
 
 For every problem: the eager reference's median over the grader's loop (10 warmup + 50 timed calls,
 each on a fresh draw, L2 flushed, device-wide sync around the call: the same ``DeviceTools`` code
@@ -16,6 +19,16 @@ grader once per device because the baseline is cached (``verifier/baseline.py``)
 ``EAGER_MIN_MS`` only flags a reference too short for the loop to time.
 The controls here are judged in-process against the same ``check_draw`` the grader uses; the full
 process-isolated grader runs them for the pilot problems (benchmarks/h200_pilot.py).
+
+``--grade-peak`` measures instead what a final grade holds: each selected problem's oracle (both
+DSLs, or ``--dsl``) goes through the grader's own ``grade`` at the graded workload with the default
+counts, while a thread samples the device's used memory (``cudaMemGetInfo``: every process on the
+GPU, the grader's workers included) every ``--sample-ms``. The row gets ``final_grade_peak_gib`` (per
+DSL: the largest used memory seen, GiB) and ``final_grade`` (per DSL: status, message, the memory
+plan the grade followed, the used memory before it, its stages' seconds, and the CPU estimate of
+``metakernelbench.adapters.memory_estimates`` for the same card). ``--memory-budget-gb`` makes the
+grade plan for a smaller card than the one it runs on (80 on an H200: does the 80 GB plan hold?).
+With ``--merge`` only these two fields of the existing rows change.
 """
 
 from __future__ import annotations
@@ -210,14 +223,102 @@ def measure(path: Path, tools, device, small: bool = False) -> dict:
     return row
 
 
+class UsedMemory:
+    """The device's used memory (every process), sampled by a thread while a ``with`` block runs."""
+
+    def __init__(self, device, every_s: float):
+        self.device, self.every_s = device, every_s
+        self.before = self.peak = 0
+        self._stop = None
+
+    def used(self) -> int:
+        free, total = torch.cuda.mem_get_info(self.device)
+        return total - free
+
+    def __enter__(self):
+        import threading
+
+        self.before = self.peak = self.used()
+        self._stop = threading.Event()
+
+        def sample():
+            while not self._stop.is_set():
+                self.peak = max(self.peak, self.used())
+                self._stop.wait(self.every_s)
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.used())
+
+
+def grade_peak(path: Path, device, dsls: list[str], budget_gb: float | None, every_s: float,
+               small: bool = False, kernels: dict[str, Path] | None = None) -> dict:
+    """A final grade of the problem's oracle per DSL, with the device's used memory sampled."""
+    from metakernelbench.adapters.memory_estimates import FootprintError, footprint
+    from metakernelbench.problems import oracle_files
+    from metakernelbench.verifier import memory
+    from metakernelbench.verifier.grader import GradeConfig, grade
+
+    problem = load_problem(path)
+    if small:
+        problem.spec = problem.spec.model_copy(update={"workload": {**problem.spec.workload,
+                                                                    **problem.spec.small_workload}})
+    budget = None if budget_gb is None else int(budget_gb * 1e9)
+    oracles = {f.stem.rpartition("_")[2]: f for f in oracle_files() if f.stem.startswith(path.stem)}
+    oracles.update({k.rpartition("_")[2]: v for k, v in (kernels or {}).items() if k.startswith(path.stem[:2])})
+    try:
+        card = budget or (torch.cuda.mem_get_info(device)[1] if device.type == "cuda" else None)
+        sizes = footprint(problem)
+        estimate = None if card is None else memory.plan(sizes, card)
+        planned = None if estimate is None else {"placement": estimate.placement.describe(),
+                                                 "peak_gib": memory.gib(estimate.peak), "fits": estimate.fits}
+    except FootprintError as exc:
+        planned = {"error": str(exc)}
+    peaks, grades = {}, {}
+    for dsl in dsls:
+        if dsl not in oracles:
+            continue
+        started = time.time()
+        config = GradeConfig(memory_budget_bytes=budget)
+        if device.type == "cuda":
+            with UsedMemory(device, every_s) as used:
+                result = grade(problem, oracles[dsl], dsl, str(device), config)
+            peaks[dsl] = round(used.peak / 2**30, 2)
+            before = round(used.before / 2**30, 2)
+        else:
+            result = grade(problem, oracles[dsl], dsl, str(device), config)
+            peaks[dsl], before = None, None
+        grades[dsl] = {"status": result.status.value, "message": result.message[:300],
+                       "memory_plan": result.details.get("memory_plan"), "used_before_gib": before,
+                       "stages_s": result.stages_s, "grade_wall_s": round(time.time() - started, 1),
+                       "budget_gb": budget_gb, "estimate": planned}
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        print(json.dumps({"problem": path.stem, "dsl": dsl, "peak_gib": peaks[dsl], **grades[dsl]}), flush=True)
+    return {"problem": problem.spec.name, "final_grade_peak_gib": peaks, "final_grade": grades}
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "results" / "h200" / "problems.json")
     parser.add_argument("--only", default="")
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--small", action="store_true", help="small workloads (a CPU check of this script)")
     parser.add_argument("--merge", action="store_true",
                         help="keep the rows of --out for problems not measured in this run (re-measure a few)")
+    parser.add_argument("--grade-peak", action="store_true",
+                        help="measure a final grade's GPU memory peak per problem (its oracles through the grader)")
+    parser.add_argument("--dsl", default="cutedsl,tirx", help="--grade-peak: the oracles' DSLs")
+    parser.add_argument("--memory-budget-gb", type=float, default=None,
+                        help="--grade-peak: plan the grade for a card of this many GB (default: this device)")
+    parser.add_argument("--sample-ms", type=float, default=10.0, help="--grade-peak: the memory sampling period")
+    parser.add_argument("--kernel", action="append", default=[], metavar="TASK=FILE",
+                        help="--grade-peak: grade this file for a task instead of its oracle (a CPU smoke test)")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -226,6 +327,9 @@ def main() -> None:
     device = torch.device(args.device)
     tools = DeviceTools.create(device)
     wanted = {x for x in args.only.split(",") if x}
+    if args.grade_peak:
+        write_grade_peaks(args, device, wanted)
+        return
     rows = []
     for path in problem_paths():
         if wanted and path.stem[:2] not in wanted:
@@ -267,6 +371,38 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps(record["summary"]), flush=True)
+
+
+def write_grade_peaks(args, device, wanted: set[str]) -> None:
+    """``--grade-peak``: the final-grade fields of the selected rows (the other fields kept with ``--merge``)."""
+    kernels = {k: Path(v).resolve() for k, _, v in (x.partition("=") for x in args.kernel)}
+    found = {}
+    for path in problem_paths():
+        if wanted and path.stem[:2] not in wanted:
+            continue
+        try:
+            found[path.stem] = grade_peak(path, device, args.dsl.split(","), args.memory_budget_gb,
+                                          args.sample_ms / 1e3, args.small, kernels)
+        except Exception as exc:  # noqa: BLE001 - record and go on
+            found[path.stem] = {"problem": path.stem, "final_grade": {"error": f"{type(exc).__name__}: {exc}"[:300]}}
+    command = " ".join([Path(sys.executable).name, *sys.argv])
+    record = json.loads(args.out.read_text()) if args.merge and args.out.exists() else {"problems": []}
+    rows = {r["problem"]: r for r in record["problems"]}
+    for name, fields in found.items():
+        row = rows.setdefault(name, {"problem": name})
+        row.update({k: v for k, v in fields.items() if k != "problem"})
+        row["final_grade_run"] = {"command": command, "commit": _commit(),
+                                  "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                                  "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                                  "torch": torch.__version__}
+    record["problems"] = sorted(rows.values(), key=lambda r: r["problem"])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
+
+
+def _commit() -> str:
+    return os.environ.get("MKB_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                                                          text=True, cwd=REPO_ROOT).stdout.strip() or "unknown"
 
 
 if __name__ == "__main__":

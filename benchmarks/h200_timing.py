@@ -115,6 +115,10 @@ def summarize(task: str, path: str, inds: list[dict], results: list[dict], gradi
              "candidate_start_s": [{k: v for k, v in (r.get("details") or {}).items()
                                     if k.startswith("candidate_start_")} for r in results[:1]],
              "eager_baseline": [(r.get("details") or {}).get("eager_baseline") for r in results],
+             # the stretch before GO (the draw's first byte to TOUCHED) and what of it was charged
+             "window": [{k: (r.get("details") or {}).get(k) for k in (
+                 "exposed_us_median", "reference_exposed_us_median", "window_charge_us_median",
+                 "window_charge_us_max", "spans_ms_median")} for r in results],
              "sandbox": results[0].get("sandbox") if results else None}
     if len(inds) >= 2:
         entry["independent_after_kernel_ms"] = ind_kernel[-1]

@@ -53,6 +53,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from metakernelbench.contract import DEFAULT_TOLERANCE_FACTOR, DSL_PATTERN
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The problems tree: the repository's own, or another one named by MKB_PROBLEMS_DIR (a copy with an
 # added problem, as the add-a-problem test builds; tools take an explicit root as well).
@@ -101,7 +103,7 @@ class ProblemSpec(BaseModel):
     inplace: tuple[str, ...] = ()
     exact: tuple[str, ...] = ()
     sets: dict[str, SetRule] = {}
-    tolerance_factor: float = 3.0
+    tolerance_factor: float = DEFAULT_TOLERANCE_FACTOR
     tolerance_note: str = ""
     workload: dict[str, Any]
     small_workload: dict[str, Any]
@@ -127,8 +129,9 @@ class ProblemSpec(BaseModel):
         for name, rule in self.sets.items():
             if name not in graded or any(c not in graded for c in rule.with_):
                 raise ValueError(f"SETS rule for {name!r} names an output that is not graded")
-        if self.tolerance_factor != 3.0 and not self.tolerance_note:
-            raise ValueError("TOLERANCE_FACTOR differs from 3 without a TOLERANCE_NOTE saying why")
+        if self.tolerance_factor != DEFAULT_TOLERANCE_FACTOR and not self.tolerance_note:
+            raise ValueError(f"TOLERANCE_FACTOR differs from {DEFAULT_TOLERANCE_FACTOR:g} without a TOLERANCE_NOTE "
+                             "saying why")
         for key in self.small_workload:
             if key not in self.workload:
                 raise ValueError(f"SMALL_WORKLOAD key {key!r} is not a make_inputs keyword")
@@ -257,7 +260,7 @@ def load_problem(path: str | Path) -> Problem:
             inplace=tuple(getattr(module, "INPLACE", ())),
             exact=tuple(getattr(module, "EXACT", ())),
             sets=dict(getattr(module, "SETS", {})),
-            tolerance_factor=float(getattr(module, "TOLERANCE_FACTOR", 3.0)),
+            tolerance_factor=float(getattr(module, "TOLERANCE_FACTOR", DEFAULT_TOLERANCE_FACTOR)),
             tolerance_note=str(getattr(module, "TOLERANCE_NOTE", "")),
             workload=workload,
             small_workload=dict(_require(module, path, "SMALL_WORKLOAD")),
@@ -279,7 +282,7 @@ def find_problem_path(key: str, root: Path = PROBLEMS_DIR) -> Path:
     candidate = Path(key)
     if candidate.suffix == ".py" and candidate.exists():
         return candidate
-    stem = re.sub(r"_(cutedsl|tirx)$", "", candidate.name)
+    stem = re.sub(rf"_({DSL_PATTERN})$", "", candidate.name)
     for path in problem_paths(root):
         if path.stem == stem or path.stem.split("_", 1)[0] == stem:
             return path

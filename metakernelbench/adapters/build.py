@@ -24,6 +24,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from metakernelbench.contract import DSL_PATTERN
 from metakernelbench.problems import Problem, ProblemError, load_problem, problem_paths
 
 from .adapter_metadata import PATH as ADAPTER_METADATA
@@ -35,7 +36,7 @@ from .registry import registry_json
 from .render import TaskFile, image_files, render_task, task_dir_name
 
 # A folder under tasks/ that the generator owns; anything else there is left alone.
-TASK_DIR = re.compile(r"^\d{2}_[a-z0-9_]+_(cutedsl|tirx)$")
+TASK_DIR = re.compile(rf"^\d{{2}}_[a-z0-9_]+_({DSL_PATTERN})$")
 _IGNORED = ("__pycache__", ".pyc")
 METRIC_FILE = "metric.py"  # beside the manifest: Harbor's dataset-level metric file
 README_FILE = "README.md"  # beside the manifest: the dataset's README, which Harbor publishes with it
@@ -74,7 +75,7 @@ def select(problems: list[Problem], only: list[str] | None) -> list[Problem]:
     """The problems named by ``--only`` (ids like ``28``, stems, or task folder names)."""
     if not only:
         return problems
-    keys = {re.sub(r"_(cutedsl|tirx)$", "", k) for k in only}
+    keys = {re.sub(rf"_({DSL_PATTERN})$", "", k) for k in only}
     chosen = [p for p in problems if p.spec.id in keys or p.spec.name in keys]
     found = {p.spec.id for p in chosen} | {p.spec.name for p in chosen}
     unknown = sorted(k for k in keys if k not in found)

@@ -1,11 +1,15 @@
 """The fixed numbers of every generated task: budgets, resources, images and the grading contract.
 
 One place, because each number appears in several generated files (task.toml, the instructions,
-the Dockerfiles, test.sh) and they must never disagree. The contract numbers restate design.md §4;
-the budget and sandbox numbers restate design.md §5.
+the Dockerfiles, test.sh) and they must never disagree. The grading contract's numbers and the
+attempt's budget are not restated here: they are the grader's and the judge's own
+(``metakernelbench.contract``), so what an agent is told is what is done. The sandbox numbers restate
+design.md §5.
 """
 
 from __future__ import annotations
+
+from metakernelbench import contract
 
 # One dataset name everywhere: ``metakernelbench`` in registry.json (``harbor run --dataset
 # metakernelbench``); Harbor Hub packages are ``org/name``, so there it is the same name under the
@@ -24,11 +28,11 @@ DATASET_DESCRIPTION = (
     "variant; the agent keeps a skill file whose transfer to the other DSL is measured."
 )
 
-# The attempt (design.md §5): a CPU-only sandbox with no network and a 40-minute budget.
-AGENT_TIMEOUT_SEC = 2400
+# The attempt (design.md §5): a CPU-only sandbox with no network and a 40-minute budget, the judge's own.
+AGENT_TIMEOUT_SEC = contract.ATTEMPT_MINUTES * 60
 SANDBOX_CPUS = 2
 SANDBOX_MEMORY_MB = 8192
-SUBMISSIONS = 10
+SUBMISSIONS = contract.SUBMISSIONS
 
 # Final grading: Harbor's verifier phase in a separate container without a GPU, which sends the
 # collected kernel to the judge; its timeout covers waiting in the judge's queue.
@@ -39,12 +43,15 @@ VERIFIER_TIMEOUT_SEC = 1800
 GRADE_TIMEOUT_MARGIN_SEC = 60
 BUILD_TIMEOUT_SEC = 1800
 
-# The grading contract (design.md §4).
-CORRECTNESS_DRAWS = 5
-WARMUP_CALLS = 10
-TIMED_CALLS = 50
-SPEEDUP_CAP = 100
-DEFAULT_TOLERANCE_FACTOR = 3.0
+# The grading contract (design.md §4): the grader's defaults (GradeConfig) and its score's cap.
+CORRECTNESS_DRAWS = contract.GradeConfig.correctness_draws
+WARMUP_CALLS = contract.GradeConfig.warmup
+TIMED_CALLS = contract.GradeConfig.timed
+RECHECKS = contract.GradeConfig.rechecks
+# printed as the generated files always have (100, not 100.0: instruction.md, README.md, grading.json)
+SPEEDUP_CAP = int(contract.SPEEDUP_CAP) if float(contract.SPEEDUP_CAP).is_integer() else contract.SPEEDUP_CAP
+DEFAULT_TOLERANCE_FACTOR = contract.DEFAULT_TOLERANCE_FACTOR
+MIN_DSL_SHARE = contract.MIN_DSL_SHARE
 
 # Images. nvidia/cuda's devel image gives the CUDA 13.0 toolkit headers (CCCL included) at
 # /usr/local/cuda, which TIRx's NVRTC path needs, and Ubuntu 24.04's Python 3.12. Everything Python
@@ -62,7 +69,7 @@ COMMON_PINS = (
 # The judge (verifier/judge): its image, the per-DSL grader images it starts one container of per
 # evaluation, and the Docker network and volume that connect trials to it (images/judge-compose.yaml).
 JUDGE_IMAGE = "metakernelbench/judge:0.1.0"
-GRADER_IMAGES = {"cutedsl": "metakernelbench/grader-cutedsl:0.1.0", "tirx": "metakernelbench/grader-tirx:0.1.0"}
+GRADER_IMAGES = contract.GRADER_IMAGES
 JUDGE_NETWORK = "mkb-judge"
 JUDGE_SECRETS_VOLUME = "mkb-judge-secrets"
 JUDGE_STATE_VOLUME = "mkb-judge-state"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from metakernelbench.contract import other_dsl
+
 
 class Dsl(BaseModel):
     """One DSL variant: its task-name suffix, display name and the packages of its images."""
@@ -24,7 +26,7 @@ class Dsl(BaseModel):
     @property
     def other(self) -> Dsl:
         """The paired variant (the skill-transfer partner)."""
-        return DSLS["tirx" if self.key == "cutedsl" else "cutedsl"]
+        return DSLS[other_dsl(self.key)]
 
 
 DSLS: dict[str, Dsl] = {

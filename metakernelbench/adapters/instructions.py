@@ -3,12 +3,15 @@
 The text lives in ``templates/instruction.md``; this module only computes the problem-specific
 values (inputs table, return convention, comparison rules) and the one DSL paragraph
 (``templates/dsl/<dsl>.md``). Both variants of a problem therefore share every sentence except
-that paragraph and the DSL's name.
+that paragraph and the DSL's name. Every number of the grading contract the text states (draws,
+calls, rechecks, F, the cap, the DSL share, the file size limit) is the grader's own, taken from
+``metakernelbench.contract`` (through ``config``) and ``verifier.rules``.
 """
 
 from __future__ import annotations
 
 from metakernelbench.problems import Problem
+from metakernelbench.verifier.rules import MAX_KERNEL_BYTES
 
 from . import config
 from .dsl import Dsl
@@ -22,6 +25,20 @@ def _code_list(names: tuple[str, ...] | list[str]) -> str:
     if len(quoted) <= 2:
         return " and ".join(quoted)
     return ", ".join(quoted[:-1]) + " and " + quoted[-1]
+
+
+_COUNT_WORDS = ("One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine", "Ten")
+
+
+def _count_word(n: int) -> str:
+    """A small count as a word at the start of a sentence (``Three``), else its digits."""
+    return _COUNT_WORDS[n - 1] if 1 <= n <= len(_COUNT_WORDS) else str(n)
+
+
+def _share_text(share: float) -> str:
+    """The least DSL share as the instructions state it: ``half (50 %)``."""
+    percent = f"{100 * share:g} %"
+    return f"half ({percent})" if share == 0.5 else percent
 
 
 def _description(problem: Problem) -> str:
@@ -138,6 +155,9 @@ def instruction_md(problem: Problem, dsl: Dsl, task_name: str) -> str:
         "warmup": str(config.WARMUP_CALLS),
         "timed": str(config.TIMED_CALLS),
         "speedup_cap": str(config.SPEEDUP_CAP),
+        "rechecks": _count_word(config.RECHECKS),
+        "dsl_share": _share_text(config.MIN_DSL_SHARE),
+        "max_kernel_kib": f"{MAX_KERNEL_BYTES / 1024:g}",
         "minutes": str(config.AGENT_TIMEOUT_SEC // 60),
         "cpus": str(config.SANDBOX_CPUS),
         "memory_gb": str(config.SANDBOX_MEMORY_MB // 1024),

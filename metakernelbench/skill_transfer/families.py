@@ -13,6 +13,7 @@ import re
 from functools import cache
 from pathlib import Path
 
+from metakernelbench.contract import DSL_PATTERN
 from metakernelbench.problems import FAMILIES, PROBLEMS_DIR, problem_paths
 
 # Inclusive id ranges of the 74 published problems, by family (catalog.toml numbering).
@@ -25,7 +26,7 @@ FAMILY_ID_RANGES: tuple[tuple[int, int, str], ...] = (
     (62, 74, "linear_attention"),
 )
 
-_TASK_RE = re.compile(r"^(?P<problem>(?P<id>\d{2})_[a-z0-9_]+?)_(?P<dsl>cutedsl|tirx)$")
+_TASK_RE = re.compile(rf"^(?P<problem>(?P<id>\d{{2}})_[a-z0-9_]+?)_(?P<dsl>{DSL_PATTERN})$")
 
 
 def parse_task_name(name: str) -> tuple[str, str]:
@@ -37,7 +38,7 @@ def parse_task_name(name: str) -> tuple[str, str]:
     stem = name.rstrip("/").rsplit("/", 1)[-1]
     match = _TASK_RE.match(stem)
     if match is None:
-        raise ValueError(f"{name!r} is not a MetaKernelBench task name (NN_slug_cutedsl|tirx)")
+        raise ValueError(f"{name!r} is not a MetaKernelBench task name (NN_slug_{DSL_PATTERN})")
     return match["problem"], match["dsl"]
 
 

@@ -13,8 +13,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-DSLS: tuple[str, str] = ("cutedsl", "tirx")
-Dsl = Literal["cutedsl", "tirx"]
+from metakernelbench.contract import DSLS, Status, other_dsl  # noqa: F401 - DSLS: imported from here too
+
+Dsl = Literal["cutedsl", "tirx"]  # the contract's DSLS, spelled out for the type checker (tests/test_contract.py)
 Arm = Literal["solo", "transfer"]
 Direction = Literal["cutedsl2tirx", "tirx2cutedsl"]
 DIRECTIONS: tuple[str, str] = ("cutedsl2tirx", "tirx2cutedsl")
@@ -25,26 +26,10 @@ Outcome = Literal["both_pass", "rescue", "break", "joint_fail", "skipped"]
 # Grader statuses (design.md §4), plus two that only this package writes: ``FAILED`` when only
 # Harbor's flat reward.json is available (it says "failed" but not why) and ``skipped`` for a
 # treatment that was never run because the source attempt left no skill.
-GRADER_STATUSES = (
-    "PASSED",
-    "INCORRECT",
-    "COMPILE_ERROR",
-    "RUNTIME_ERROR",
-    "TIMEOUT",
-    "RULE_VIOLATION",
-    "REWARD_HACK",
-    "INFRA_ERROR",
-)
+GRADER_STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
 STATUS_FAILED_UNKNOWN = "FAILED"
 STATUS_SKIPPED = "skipped"
-STATUS_INFRA = "INFRA_ERROR"
-
-
-def other_dsl(dsl: str) -> str:
-    """The DSL a skill from ``dsl`` is transferred to."""
-    if dsl not in DSLS:
-        raise ValueError(f"unknown DSL {dsl!r}; expected one of {DSLS}")
-    return DSLS[1 - DSLS.index(dsl)]
+STATUS_INFRA = Status.INFRA_ERROR.value
 
 
 def direction_of(source_dsl: str, target_dsl: str) -> str:

@@ -33,11 +33,12 @@ from harbor.models.trial.paths import TrialPaths
 from harbor.models.trial.result import TrialResult
 from pydantic import BaseModel, ValidationError
 
+from metakernelbench.contract import DSLS, SPEEDUP_CAP
+
 from .families import parse_task_name
 from .trials import GradeView, TrialReadError, arm_of, iter_trial_dirs
 
 ARMS = ("solo_cutedsl", "solo_tirx", "cutedsl2tirx", "tirx2cutedsl")
-SPEEDUP_CAP = 100.0
 MULTIPLIERS = ("timeout_multiplier", "agent_timeout_multiplier", "verifier_timeout_multiplier",
                "agent_setup_timeout_multiplier", "environment_build_timeout_multiplier")
 AGENT_OVERRIDES = ("override_timeout_sec", "override_setup_timeout_sec", "max_timeout_sec")
@@ -185,7 +186,7 @@ def check_submission(job_dirs: list[Path], reference_tasks: Path) -> SubmissionR
                         + ", ".join(sorted(agents.values())))
     expected = {dsl: sorted(p.name for p in reference_tasks.iterdir()
                             if (p / "task.toml").is_file() and p.name.endswith(f"_{dsl}"))
-                for dsl in ("cutedsl", "tirx")}
+                for dsl in DSLS}
     for arm in ARMS:
         want = expected[arm.rpartition("_")[2] if arm.startswith("solo_") else arm.split("2")[1]]
         have = per_arm_tasks.get(arm, Counter())

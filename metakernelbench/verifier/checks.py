@@ -47,23 +47,27 @@ def recheck(ev: Evaluation, seeds: list[int], keep: dict[int, tuple]) -> list[in
     timed calls.
 
     ``keep`` maps a timed call's index to (its seq, its in-place results, the grader's copy of its
-    returned outputs at DONE or None). Every call with a DONE copy has its kept outputs fetched and
-    held to that copy (on the CPU: every timed call); the calls chosen in secret before timing are
-    also checked against the reference.
+    returned outputs at DONE or None, whether it was chosen, and its returned outputs when the
+    grader holds them itself, else None: ``timing.timing_loop``). Every call with a DONE copy has its
+    kept outputs fetched and held to that copy (on the CPU: every timed call); the calls chosen in
+    secret before timing are also checked against the reference.
     """
     per_call = len(ev.spec.outputs)
     chosen = sorted(i for i, kept in keep.items() if kept[3])
     for i in sorted(keep):
-        seq, inplace, at_done, check = keep[i]
+        seq, inplace, at_done, check, held = (*keep[i], None)[:5]
         if at_done is None and not check:
             continue
-        fetched, returned, _ = ev.candidate.request(FetchRequest(0, "", [seq]), ev.config.call_timeout_s)
-        assert isinstance(fetched, Outputs)
-        if len(returned) != per_call:
-            raise Verdict(Status.REWARD_HACK, "the kept outputs of timed calls went missing")
         where = f"timed call {i - ev.config.warmup}"
-        if at_done is not None:
-            require_done_copy(at_done, fetched.outputs, returned, where)
+        if held is not None:
+            returned = held
+        else:
+            fetched, returned, _ = ev.candidate.request(FetchRequest(0, "", [seq]), ev.config.call_timeout_s)
+            assert isinstance(fetched, Outputs)
+            if len(returned) != per_call:
+                raise Verdict(Status.REWARD_HACK, "the kept outputs of timed calls went missing")
+            if at_done is not None:
+                require_done_copy(at_done, fetched.outputs, returned, where)
         if check:
             ev.check_call(seeds[i], inplace, returned, i, f"{where} (rechecked after timing)")
     return [i - ev.config.warmup for i in chosen]

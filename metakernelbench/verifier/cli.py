@@ -8,7 +8,7 @@ import typer
 
 # the grading settings are torch-free (their defaults are the options' defaults); torch, the problem
 # loader and the grader are imported inside the command: `mkb grade --help` answers at once
-from .launch import GradeConfig
+from metakernelbench.contract import DSLS, GradeConfig
 
 
 def _fail(message: str) -> None:
@@ -47,7 +47,7 @@ def _check_device(device: str | None) -> None:
 def grade_command(
     problem: str = typer.Argument(..., help="problem id, NN_slug, task name or problem file"),
     kernel: Path = typer.Argument(..., help="the kernel file (defines solve)"),
-    dsl: str = typer.Option(..., "--dsl", help="cutedsl | tirx"),
+    dsl: str = typer.Option(..., "--dsl", help=" | ".join(DSLS)),
     device: str = typer.Option(None, "--device", help="cuda (default when present) or cpu"),
     reward_dir: Path = typer.Option(None, "--reward-dir", help="write grade.json and reward.json here"),
     json_out: bool = typer.Option(False, "--json", help="print the full result as JSON"),
@@ -74,8 +74,8 @@ def grade_command(
     from .grader import grade
     from .report import render_report
 
-    if dsl not in ("cutedsl", "tirx"):
-        _fail(f"--dsl must be cutedsl or tirx, not {dsl!r}")
+    if dsl not in DSLS:
+        _fail(f"--dsl must be {' or '.join(DSLS)}, not {dsl!r}")
     for flag, value in (("--compile-timeout", compile_timeout), ("--call-timeout", call_timeout)):
         if not value > 0:
             _fail(f"{flag} must be a positive number of seconds, not {value:g}")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from metakernelbench.contract import DSL_PACKAGES
 from metakernelbench.problems import REPO_ROOT, Problem
 
 CONTROLS = ("zeros", "passthrough", "eager_no_dsl", "dsl_copy", "low_precision", "skip_last", "cache_first")
@@ -57,7 +58,7 @@ def dsl_copy(t):
     return out
 '''
 
-DSL_IMPORT = {"cutedsl": "import cutlass  # noqa: F401\n", "tirx": "import tvm  # noqa: F401\n"}
+DSL_IMPORT = {dsl: f"import {package}  # noqa: F401\n" for dsl, package in DSL_PACKAGES.items()}
 
 COMMON = '''
 

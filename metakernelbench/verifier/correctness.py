@@ -70,30 +70,39 @@ def _float_check(name: str, draw: int, got: torch.Tensor, ref: torch.Tensor, anc
     finite_ref = torch.isfinite(ref)
     same_nonfinite = _exactly_equal(got, ref) & ~finite_ref
     bad_nonfinite = (~torch.isfinite(got) | ~finite_ref) & ~same_nonfinite
+    del same_nonfinite
     if bad_nonfinite.any():
         idx = _first_index(bad_nonfinite)
         return Mismatch(output=name, draw=draw, check="nan", index=idx,
                         got=float(got[tuple(idx)]), expected=float(ref[tuple(idx)]),
                         detail="NaN/Inf where the reference has a different value")
+    del bad_nonfinite
     keep = finite_ref
-    g64 = torch.where(keep, got.to(torch.float64), 0.0)
-    r64 = torch.where(keep, ref.to(torch.float64), 0.0)
-    a64 = torch.where(keep, anchor.to(torch.float64), 0.0)
     eps = torch.finfo(ref.dtype).eps
     tiny = torch.finfo(ref.dtype).tiny
+    # The errors against the anchor, in float64, over the finite elements. Each difference is made in
+    # place of its float64 copy and the copies are not kept, so at most four float64 tensors of the
+    # output's size exist at once (the anchor, two differences and one temporary): at upstream sizes
+    # an output of 872M elements is 7 GB per float64 tensor.
+    a64 = torch.where(keep, anchor.to(torch.float64), 0.0)
     peak = float(a64.abs().max()) if a64.numel() else 0.0
+    g_err = torch.where(keep, got.to(torch.float64), 0.0).sub_(a64)  # the candidate's: g64 - a64
+    r_err = torch.where(keep, ref.to(torch.float64), 0.0).sub_(a64)  # the reference's: r64 - a64
+    del keep, finite_ref
 
-    err = (g64 - a64).abs()
-    ref_err = (r64 - a64).abs()
-    allowance = factor * max(float(ref_err.max()) if ref_err.numel() else 0.0, eps * peak) + tiny
-    if err.numel() and float(err.max()) > allowance:
+    ref_max = float(r_err.abs().max()) if r_err.numel() else 0.0
+    allowance = factor * max(ref_max, eps * peak) + tiny
+    err_max = float(g_err.abs().max()) if g_err.numel() else 0.0
+    if g_err.numel() and err_max > allowance:
+        err = g_err.abs()
         idx = _first_index(err == err.max())
-        return Mismatch(output=name, draw=draw, check="max_abs", index=idx, got=float(g64[tuple(idx)]),
+        # an element over the allowance (> 0) is finite in the reference, so g64 there is got's value
+        return Mismatch(output=name, draw=draw, check="max_abs", index=idx, got=float(got[tuple(idx)]),
                         expected=float(a64[tuple(idx)]), error=float(err.max()), allowance=allowance,
                         detail="largest element-wise error exceeds the anchored allowance")
 
-    norm_err = float(torch.linalg.vector_norm(g64 - a64))
-    norm_allow = factor * max(float(torch.linalg.vector_norm(r64 - a64)),
+    norm_err = float(torch.linalg.vector_norm(g_err))
+    norm_allow = factor * max(float(torch.linalg.vector_norm(r_err)),
                               eps * float(torch.linalg.vector_norm(a64))) + tiny
     if norm_err > norm_allow:
         return Mismatch(output=name, draw=draw, check="norm", error=norm_err, allowance=norm_allow,
@@ -101,8 +110,8 @@ def _float_check(name: str, draw: int, got: torch.Tensor, ref: torch.Tensor, anc
 
     if a64.dim() >= 1 and a64.numel():
         rows_a = _rows(a64)
-        row_err = torch.linalg.vector_norm(_rows(g64) - rows_a, dim=-1)
-        row_ref = torch.linalg.vector_norm(_rows(r64) - rows_a, dim=-1)
+        row_err = torch.linalg.vector_norm(_rows(g_err), dim=-1)
+        row_ref = torch.linalg.vector_norm(_rows(r_err), dim=-1)
         row_mag = torch.linalg.vector_norm(rows_a, dim=-1)
         floor = eps * peak * ROW_FLOOR_FRACTION * rows_a.shape[-1] ** 0.5
         row_allow = factor * torch.maximum(row_ref, eps * row_mag) + floor + tiny
@@ -116,11 +125,14 @@ def _float_check(name: str, draw: int, got: torch.Tensor, ref: torch.Tensor, anc
 
 
 def check_draw(spec: ProblemSpec, draw: int, got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor],
-               anchor: dict[str, torch.Tensor]) -> Mismatch | None:
+               anchor: dict[str, torch.Tensor], device: torch.device | None = None) -> Mismatch | None:
     """The first contract violation among one draw's graded values, or None when all pass.
 
-    ``got``, ``ref`` and ``anchor`` map each graded name to a tensor on one device; ``anchor``
-    holds float64 for floating outputs.
+    ``got``, ``ref`` and ``anchor`` map each graded name to a tensor; ``anchor`` holds float64 for
+    floating outputs. Without ``device`` each output's three values must share one device; with it,
+    each output's values are brought to ``device`` for its comparison and let go after it, one output
+    at a time (the grade's memory plan: ``memory.Planner.compare_device``). The comparison is the
+    same wherever it runs.
     """
     for name in spec.graded_names:
         if name not in got:
@@ -130,7 +142,11 @@ def check_draw(spec: ProblemSpec, draw: int, got: dict[str, torch.Tensor], ref: 
             return problem
     got, ref, anchor = (_sorted_sets(spec, v) for v in (got, ref, anchor))
     for name in spec.graded_names:
-        problem = check_output(spec, name, draw, got[name], ref[name], anchor[name])
+        values = (got[name], ref[name], anchor[name])
+        if device is not None:
+            values = tuple(v.to(device) for v in values)
+        problem = check_output(spec, name, draw, *values)
+        del values
         if problem:
             return problem
     return None

@@ -72,19 +72,17 @@ class DeviceTools:
         """Evict the L2 by copying a buffer twice its size over another (no persisting lines can
         survive it: the worker keeps the persisting carve-out at 0, see ``persisting_l2_bytes``).
 
-        A device-to-device copy, not a kernel: the input stage runs this in the grader's CUDA context
-        right before GO, and a kernel there made the candidate's next launch wait for the GPU to
-        switch back to the candidate's context, about 140 us per call on an H100
-        (``results/h200/context-switch.json``). A copy is meant to run on the copy engines and leave
-        the SMs to the candidate's context; docs/grading.md says what has been measured of it.
+        The input stage runs this in the grader's CUDA context right before STAGED; the worker then
+        takes the GPU's switch back to its own context in ``touch``, outside the call's span.
         """
         if self.flush_buffer is not None:
             self.flush_buffer.copy_(self.flush_source)
 
     def touch(self) -> None:
-        """One tiny kernel in this process's context (a worker, before READY): after the grader's
-        draw was made on the SMs in the grader's context, the switch back happens here, outside the
-        timed span, instead of in the call's first launch."""
+        """One tiny kernel in this process's context (a worker, between STAGED and TOUCHED): after the
+        grader's stage ran in the grader's context, the GPU's switch back to this context (~140 us on
+        an H100, ``results/h200/context-switch.json``) happens here instead of in the call's first
+        launch."""
         if self.touch_buffer is not None:
             self.touch_buffer.add_(1)
 

@@ -2,11 +2,15 @@
 
 A pickled request and reply over a pipe costs about 1.6 ms with 0.1-0.3 ms of jitter on the H200,
 as much as many kernels take, so the grader cannot time a call by its round trip. Instead, for each
-call the worker prepares everything outside the window (inputs received, L2 flushed, device
-synchronised), writes READY, and spins until the grader writes GO; the grader stamps its own clock,
-writes GO, spins until the worker writes DONE (after ``solve`` returned and the device was
-synchronised again) and stamps its clock again. That span, measured by a process the submission
-cannot reach, is the call's time: it exceeds the call itself by the two signal latencies, 1-3 us.
+call the worker synchronises its device and writes READY; the grader writes the draw into the
+worker's input buffers, evicts the L2, synchronises and writes STAGED; the worker runs one tiny kernel
+of its own (the GPU's switch back to its CUDA context, ~140 us on an H100, happens there and not in
+the call), synchronises and writes TOUCHED; the grader stamps its clock, writes GO, spins until the
+worker writes DONE (after ``solve`` returned and the device was synchronised again) and stamps its
+clock again. That span, measured by a process the submission cannot reach, is the call's time: it
+exceeds the call itself by the two signal latencies, 1-3 us. The stretch from the first byte of the
+draw to TOUCHED is timed too: whatever the worker does there beyond what the trusted reference worker
+takes for the same stretch is added to the call's time (``timing.window_charges``).
 
 The page is a small file mapped shared (in the evaluation's scratch folder); slots are aligned int64
 words, which x86-64 reads and writes atomically. Besides the three signals it holds:
@@ -38,7 +42,9 @@ READY, GO, DONE = 0, 1, 2
 # REFUSED: 0 none, 1 rule violation, 2 tampering (REWARD_HACK); COPIED: the grader took its copy of the outputs;
 # LOADING: 1 once the candidate worker starts importing the kernel file
 REFUSED, REFUSAL_LEN, N_OUT, COPIED, LOADING = 3, 4, 5, 6, 7
-OUT_TABLE = 8  # slots 8.. hold (address, extent in bytes) per output
+# STAGED: the grader has written the draw (the worker may bring its CUDA context back); TOUCHED: it has
+STAGED, TOUCHED = 8, 9
+OUT_TABLE = 10  # slots 10.. hold (address, extent in bytes) per output
 MAX_OUTPUTS = 56
 TEXT_AT = 1024  # byte offset of the refusal text
 SIZE = 4096
@@ -140,12 +146,21 @@ class Doorbell:
                     return False
         return True
 
-    def ready_and_wait(self, seq: int, timeout_s: float) -> bool:
-        """Announce READY for ``seq`` and spin until the grader says GO (False on timeout)."""
+    def ready_and_wait(self, seq: int, timeout_s: float, warm=None) -> bool:
+        """Announce READY for ``seq``, spin until the grader has STAGED the draw, run ``warm`` (the
+        worker's own tiny kernel and sync: the GPU switches back to this process's context here,
+        not in the call), announce TOUCHED and spin until the grader says GO (False on timeout)."""
         slots = self.slots
         slots[READY] = seq
         deadline = _ns() + int(timeout_s * 1e9)
         spins = 0
+        while slots[STAGED] != seq:
+            spins += 1
+            if not spins & 0xFFFF and _ns() > deadline:
+                return False
+        if warm is not None:
+            warm()
+        slots[TOUCHED] = seq
         while slots[GO] != seq:
             spins += 1
             if not spins & 0xFFFF and _ns() > deadline:
@@ -226,6 +241,13 @@ class Doorbell:
     def copied(self, seq: int) -> None:
         """The grader has its copy of call ``seq``'s outputs."""
         self.slots[COPIED] = seq
+
+    def staged(self, seq: int) -> int:
+        """The draw is in the buffers: the worker may run its own tiny kernel (the clock of the
+        window starts here)."""
+        stamp = _ns()
+        self.slots[STAGED] = seq
+        return stamp
 
     def go(self, seq: int) -> int:
         stamp = _ns()

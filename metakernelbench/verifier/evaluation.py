@@ -19,18 +19,17 @@ from random import SystemRandom
 import torch
 import torch.multiprocessing  # noqa: F401 - registers the CUDA IPC pickling the requests' tensors travel by
 
-from metakernelbench.problem_kit import anchor_mode
 from metakernelbench.problems import Problem
 
-from . import outside, sandbox
+from . import memory, outside, sandbox
 from .correctness import check_draw
+from .expected import anchor_values, reference_values
 from .gpu_procs import GpuProcesses, pci_bus_id
 from .launch import GradeConfig, Started, Verdict, WorkerHandle, candidate_setup, spawn_worker
-from .protocol import CallRequest
+from .protocol import CallRequest, FetchRequest
 from .result import Mismatch, Status
 from .stage import InputStage
-from .tensors import promote_floats, snapshot_graded
-from .wire import CallResult, Ready, TensorMeta
+from .wire import CallResult, Outputs, Ready, TensorMeta
 
 
 @dataclass
@@ -41,6 +40,7 @@ class Call:
     outputs: list[torch.Tensor]  # the returned outputs the reply carried (when asked for)
     inputs: tuple  # the inputs after the call, as the grader holds them (in-place results included)
     span_ns: int  # the grader's clock between GO and DONE
+    exposed_ns: int = 0  # the grader's clock from the draw's first byte to TOUCHED (launch.CallClock)
     done_outputs: list[bytes] | None = None  # the grader's own copy of the returned outputs at DONE (CPU)
     done_inplace: dict[str, torch.Tensor] | None = None  # its copy of the in-place outputs at DONE
 
@@ -88,6 +88,17 @@ class Evaluation:
         self.first_call = False  # the candidate's next call is its first (it may still compile)
         self.compile_left_s = config.compile_timeout_s  # what the kernel file's import left of the budget
         self.kernel_load_s: float | None = None  # the import as the grader's clock saw it
+        self._memory: memory.Planner | None = None
+        self._candidate_holds = False  # the candidate's last call may have left memory in its allocator's cache
+
+    @property
+    def memory(self) -> memory.Planner:
+        """Where the grade's movable tensors live (``verifier.memory``): planned from the device's
+        memory on first use (that reads it, so it waits until the workers are starting)."""
+        if self._memory is None:
+            budget = memory.device_budget(self.device, self.config.memory_budget_bytes)
+            self._memory = memory.Planner(self.device, budget, timed=self.config.timed)
+        return self._memory
 
     @property
     def gpu(self) -> GpuProcesses:
@@ -107,14 +118,13 @@ class Evaluation:
         return self.problem.make_inputs(self.device, gen, **self.spec.workload)
 
     def expected(self, seed: int) -> tuple[dict, dict]:
-        """Reference and float64-anchor graded values for a seed (computed here, never shipped)."""
-        with torch.no_grad():
-            inputs = self.draw(seed)
-            ref = snapshot_graded(self.spec, inputs, self.problem.reference(*inputs))
-            promoted = promote_floats(self.draw(seed))
-            with anchor_mode():
-                anchor = snapshot_graded(self.spec, promoted, self.problem.reference(*promoted))
-        return ref, anchor
+        """Reference and float64-anchor graded values for a seed (computed here, never shipped), in
+        stages placed by the memory plan (``verifier.expected``); the candidate, idle meanwhile,
+        first gives back the device memory its last call left cached."""
+        self.quiet_candidate()
+        draw = lambda: self.draw(seed)  # noqa: E731
+        ref = reference_values(self.problem, draw, self.memory)
+        return ref, anchor_values(self.problem, draw, self.memory)
 
     # ---- workers -----------------------------------------------------------------------------
     def spawn_candidate(self) -> None:
@@ -223,8 +233,9 @@ class Evaluation:
             if snapshot and handle is self.candidate:
                 taken.update(self._copy_at_done(handle, stage, cpu_read))
 
-        result, tensors, span_ns = handle.request(req, timeout, before_go=lambda: stage.fill(draw),
-                                                  at_done=at_done, limit=limit)
+        result, tensors, clock = handle.request(req, timeout, before_go=lambda: stage.fill(draw),
+                                                at_done=at_done, limit=limit)
+        span_ns = clock.span_ns
         assert isinstance(result, CallResult)
         if result.elapsed_ns > span_ns:
             # the worker's own stopwatch started after GO and stopped before DONE: it cannot exceed
@@ -242,12 +253,25 @@ class Evaluation:
         if first:
             self.require_seal()
         inputs = stage.inputs(draw)
-        done = Call(result, tensors, inputs, span_ns, taken.get("outputs"), taken.get("inplace"))
+        done = Call(result, tensors, inputs, span_ns, clock.exposed_ns, taken.get("outputs"), taken.get("inplace"))
         if done.done_inplace:
             self._require_unchanged_after_done(done)
         if done.done_outputs is not None and result.outputs is not None:
             require_done_copy(done.done_outputs, result.outputs, tensors, "the call's outputs")
+        if handle is self.candidate:
+            self._candidate_holds = True
         return done
+
+    def quiet_candidate(self) -> None:
+        """On the GPU, have the candidate worker give back its allocator's cached blocks (a fetch of
+        nothing) after a call, before the grader's own work on the device: the worker keeps its
+        call's peak cached otherwise, and the grader's reference and anchor need the room."""
+        if not self._candidate_holds or self.device.type != "cuda":
+            return
+        self._candidate_holds = False
+        reply, _, _ = self.candidate.request(FetchRequest(0, "", []), self.config.call_timeout_s)
+        if not isinstance(reply, Outputs):
+            raise Verdict(Status.REWARD_HACK, "the candidate worker answered a fetch with something else")
 
     def call_limit(self, first: bool) -> tuple[float, str]:
         """(seconds, the TIMEOUT message) for a call: the call budget; the candidate's first call also
@@ -301,7 +325,11 @@ class Evaluation:
 
     # ---- checks ------------------------------------------------------------------------------
     def graded_from(self, inputs: tuple, returned: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-        values = {name: t.to(self.device) for name, t in zip(self.spec.outputs, returned, strict=True)}
+        """A call's graded values: the returned outputs (brought to the device when the plan compares
+        there, else left in the host memory they arrived in) and the in-place inputs."""
+        target = self.memory.values_device
+        values = {name: t.to(target) if target is not None else t
+                  for name, t in zip(self.spec.outputs, returned, strict=True)}
         by_name = dict(zip(self.spec.inputs, inputs, strict=True))
         for name in self.spec.inplace:
             values[name] = by_name[name]
@@ -316,12 +344,19 @@ class Evaluation:
                                orig.contiguous().view(torch.uint8) if orig.numel() else orig):
                 raise Verdict(Status.REWARD_HACK, f"input {name!r} was modified (only {self.spec.inplace or 'no'}"
                                                   " inputs may be updated in place)")
+        del pristine
+        memory.release(self.device)
 
     def judge_draw(self, seed: int, inputs: tuple, returned: list[torch.Tensor], draw: int,
                    expected: tuple[dict, dict] | None = None) -> Mismatch | None:
         """The first contract violation of one call's results on the draw ``seed`` (None: correct)."""
         ref, anchor = expected or self.expected(seed)
-        return check_draw(self.spec, draw, self.graded_from(inputs, returned), ref, anchor)
+        try:
+            return check_draw(self.spec, draw, self.graded_from(inputs, returned), ref, anchor,
+                              self.memory.compare_device)
+        finally:
+            del ref, anchor
+            memory.release(self.device)
 
     @staticmethod
     def require_correct(mismatch: Mismatch | None, where: str) -> None:

@@ -138,6 +138,7 @@ def _stages(ev: Evaluation, stages: Stages, fields: dict[str, Any], details: dic
            f"then {config.call_timeout_s:g} s a call)")
     checks.correctness(ev, stages)
     stages.mark("correctness")
+    details["memory_plan"] = ev.memory.describe()  # the sizes are known now: the rest of the grade follows it
     seeds = [ev.seed() for _ in range(config.warmup + config.timed)]
     recheck_at = ev.rng.sample(range(config.warmup, config.warmup + config.timed), config.rechecks)
     ev.await_reference()
@@ -152,14 +153,19 @@ def _stages(ev: Evaluation, stages: Stages, fields: dict[str, Any], details: dic
     if retimed:
         details["retimed"] = retimed
     stages.mark("timing")
-    kernel = Timing.from_samples(kernel_loop.spans_ms)
-    timing.check_signal_gaps(kernel_loop, kernel, bool(plan), eager.ref_gap_us)
+    kernel, charges = timing.kernel_timing(kernel_loop, eager)
+    timing.check_signal_gaps(kernel_loop, Timing.from_samples(kernel_loop.spans_ms), bool(plan), eager.ref_gap_us)
     sig_med, sig_min, sig_max = kernel_loop.signal_overhead_us()
     details.update(eager_baseline=eager.source, eager_baseline_samples=str(len(eager.base.samples_ms)),
                    eager_remeasured=str(eager.remeasured), signal_overhead_us_median=f"{sig_med:.2f}",
                    signal_overhead_us_max=f"{sig_max:.2f}", signal_overhead_us_min=f"{sig_min:.2f}",
                    host_launch_us_median=f"{1e3 * timing.median(kernel_loop.returned_ms or [0.0]):.1f}",
-                   reference_signal_overhead_us_min=f"{eager.ref_gap_us:.2f}", gpu_process_check=(
+                   reference_signal_overhead_us_min=f"{eager.ref_gap_us:.2f}",
+                   exposed_us_median=f"{timing.median(kernel_loop.exposed_us or [0.0]):.1f}",
+                   reference_exposed_us_median=f"{eager.ref_exposed_us:.1f}",
+                   window_charge_us_median=f"{timing.median(charges or [0.0]):.1f}",
+                   window_charge_us_max=f"{max(charges or [0.0]):.1f}",
+                   spans_ms_median=f"{timing.median(kernel_loop.spans_ms):.6f}", gpu_process_check=(
                        "nvml" if ev.gpu.available else (ev.gpu.why or "not a GPU")))
     fields.update(kernel_timing=kernel, eager_timing_before=eager.base, eager_timing_after=eager.check)
     ev.say(f"rechecks: {config.rechecks} timed calls")
@@ -172,4 +178,5 @@ def _stages(ev: Evaluation, stages: Stages, fields: dict[str, Any], details: dic
     ev.say(f"bypass test: {min(len(ev.launch_sites), config.max_bypass_sites)} launch site(s) suppressed in turn")
     fields["bypass"] = provenance.bypass(ev)
     stages.mark("bypass")
+    details["memory_plan"] = ev.memory.describe()
     return score(ev.problem, ev.dsl, kernel, eager, config, fields)

@@ -48,18 +48,15 @@ from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
-FORBIDDEN_IMPORTS = (
-    "triton", "cupy", "numba", "tilelang", "jax", "cuda.core", "cuda.cccl", "cuda.compute",
-    "nvmath", "quack", "flash_attn", "flashinfer", "cudnn", "cutlass_cppgen", "cutlass_library",
-    "liger_kernel", "sgl_kernel", "deep_gemm", "tvm_tirx", "torch._inductor", "torch._dynamo", "cffi",
-    "_cffi_backend",
-    "metakernelbench.verifier", "metakernelbench.problems", "metakernelbench.adapters",
-    "metakernelbench.skill_transfer", "mkb_problem",
-)
-DSL_FOREIGN = {"cutedsl": ("tvm",), "tirx": ("cutlass",)}
-# torch itself loads these lazily (its profiler, its own compile paths): their code is refused only
-# when the submission asks for it; every other forbidden module is refused whoever runs it
-TORCH_LAZY = ("torch._inductor", "torch._dynamo")
+from metakernelbench.contract import AUDIT_FORBIDDEN_IMPORTS, AUDIT_SUBMISSION_ONLY, FOREIGN_DSL_PACKAGES
+
+# The modules this hook refuses are the contract's (metakernelbench.contract, which says what the static
+# scan refuses besides and why the lists differ): FORBIDDEN_IMPORTS whoever imports them, the other
+# DSL's package (DSL_FOREIGN), and TORCH_LAZY, which torch itself loads lazily (its profiler, its own
+# compile paths), so their code is refused only when the submission asks for it
+FORBIDDEN_IMPORTS = AUDIT_FORBIDDEN_IMPORTS
+DSL_FOREIGN = FOREIGN_DSL_PACKAGES
+TORCH_LAZY = AUDIT_SUBMISSION_ONLY
 SUBMISSION_ONLY_EVENTS = {
     "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
     "os.forkpty", "pty.spawn", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "_thread.start_new_thread",

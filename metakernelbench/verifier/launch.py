@@ -5,8 +5,11 @@ eager reference) for every evaluation. Everything needed to start them lives her
 so that a caller that has not imported torch yet (the judge's runner) can start the workers first
 and import the grader while they start (``start_workers``); the workers' start is the longest stage
 of a grading. The candidate worker then waits for the grader's release (``WorkerHandle.release``)
-before it imports the kernel file, so starting early runs nothing of the submission. ``GradeConfig``
-and ``Verdict`` live here for the same reason; ``grader`` re-exports them.
+before it imports the kernel file, so starting early runs nothing of the submission. The judge's pool
+starts them earlier still, before the evaluation exists (``start_warm_workers``: a candidate worker per
+DSL and the reference worker, given their evaluation later by ``WarmWorkers.assign``). ``GradeConfig``
+and ``Verdict`` are the contract's (``metakernelbench.contract``, torch-free as well); this module and
+``grader`` re-export them.
 """
 
 from __future__ import annotations
@@ -22,67 +25,17 @@ import time
 import types
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from .doorbell import DONE, READY, Doorbell
-from .protocol import CallRequest, LoadRequest, WorkerSetup
-from .result import Status
+from metakernelbench.contract import GradeConfig, Status, Verdict
+
+from .doorbell import DONE, READY, TOUCHED, Doorbell
+from .protocol import WARM_READY, CallRequest, LoadRequest, WorkerSetup
 
 SCRUBBED_PREFIXES = ("TVM_", "CUTE_DSL_", "CUTLASS_", "PYTORCH_", "TORCH_", "CUDA_LAUNCH_BLOCKING",
                      "LD_PRELOAD", "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONBREAKPOINT", "NVIDIA_TF32",
                      "MKB_", "CUDA_CACHE_")
-
-
-@dataclass(frozen=True)
-class GradeConfig:
-    """The grading contract's counts and the grader's limits (defaults: the contract, design.md §4)."""
-
-    correctness_draws: int = 5
-    warmup: int = 10
-    timed: int = 50
-    rechecks: int = 3
-    # Time limits (docs/grading.md, "Time limits"), all kept by the grader's own clock. A worker's own
-    # start (interpreter, torch, the DSL, its OS limits) is the grader's code: a start past
-    # start_timeout_s is INFRA_ERROR. The compile budget runs from the moment the candidate worker
-    # begins to import the kernel file: the import and the DSL's compile share it, wherever the
-    # compile happens (at import, as TIRx kernels usually do, or inside the first call, where the
-    # DSLs JIT-compile), so the first call may take what the import left of it plus the call budget.
-    # Every other call gets the call budget. A kernel that never returns is TIMEOUT within
-    # compile_timeout_s + call_timeout_s of its first line running.
-    start_timeout_s: float = 300.0
-    compile_timeout_s: float = 300.0
-    call_timeout_s: float = 120.0
-    eager_drift_flag: float = 0.10
-    eager_baseline_warmup: int = 10
-    eager_baseline_timed: int = 100
-    eager_check_warmup: int = 3
-    eager_check_timed: int = 20
-    # a cached baseline's check takes fewer calls (at least eager_check_min) when eager_check_timed
-    # calls of a slow reference would exceed this many seconds (upstream workloads reach seconds a call)
-    eager_check_budget_s: float = 10.0
-    eager_check_min: int = 5
-    eager_cache: bool = True  # reuse a baseline measured earlier (baseline.default_cache_dir())
-    max_bypass_sites: int = 16
-    max_output_bytes: int = 8 << 30
-    foreign_gpu_wait_s: float = 10.0
-    exclusive_gpu: bool = True  # False only for verdict-only runs that grade several kernels at once
-    pin_cores: bool = True  # the grader's spin on a core of its own, the workers off that core and its sibling
-    require_sandbox: bool = False  # an OS limit that cannot be set is INFRA_ERROR instead of a note
-    # After each reply a worker may poll for the next request this long instead of sleeping (only
-    # with a core plan). A slept core runs the next call's host side slower on the H200 host, but
-    # polling workers also compete for cores: off until the H200 records show which way it moves
-    # the grade (benchmarks/h200_timing.py; docs/grading.md).
-    hot_wait_ms: float = 0.0
-
-
-class Verdict(Exception):
-    """Ends an evaluation early with a status (raised inside ``grade``)."""
-
-    def __init__(self, status: Status, message: str, **fields: Any):
-        super().__init__(message)
-        self.status, self.message, self.fields = status, message, fields
 
 
 FAILURE_STATUS = {
@@ -131,6 +84,24 @@ def _worker_entry(conn, setup: WorkerSetup) -> None:
     main(conn, setup)
 
 
+@dataclass(frozen=True)
+class CallClock:
+    """One call on the grader's clock: ``span_ns`` from GO to DONE (the call's time); ``stage_ns`` from
+    the first byte of the draw to STAGED (the grader's writing of the draw, the L2 eviction and its
+    sync: work of the worker's on the GPU meanwhile makes it longer, the GPU switching contexts
+    back and forth); ``window_ns`` from STAGED to TOUCHED (the worker's own tiny kernel and sync).
+    Together the last two are the stretch in which the draw is in the buffers before the clock
+    starts (``timing.window_charges``)."""
+
+    span_ns: int
+    stage_ns: int
+    window_ns: int
+
+    @property
+    def exposed_ns(self) -> int:
+        return self.stage_ns + self.window_ns
+
+
 class WorkerHandle:
     """One spawned worker process: a strict request/response pipe plus the timing doorbell."""
 
@@ -139,6 +110,7 @@ class WorkerHandle:
         setup.hot_wait_ns = 0 if share_cpu else int(hot_wait_ms * 1e6)  # polling needs a core to spare
         ctx = multiprocessing.get_context("spawn")
         setup.spawned_at = time.time()
+        self.hot_wait_ns, self.spawned_at = setup.hot_wait_ns, setup.spawned_at
         self.bell = Doorbell.create(bell_dir)
         setup.doorbell = self.bell.path
         self.parent, child = ctx.Pipe(duplex=True)
@@ -155,6 +127,13 @@ class WorkerHandle:
     def release(self) -> None:
         """Let a candidate worker import the kernel file (it waits for this: ``protocol.LoadRequest``)."""
         self.parent.send(LoadRequest())
+
+    def configure(self, setup: WorkerSetup) -> None:
+        """Hand a warm worker (``start_warm_workers``) its evaluation: the setup a worker started for it
+        would have had, on this worker's page; it applies the rest of its start from there."""
+        setup.hot_wait_ns, setup.spawned_at, setup.doorbell = self.hot_wait_ns, self.spawned_at, self.bell.path
+        self.nonce = setup.nonce
+        self.parent.send(setup)
 
     def _alive(self) -> bool:
         """Still working on the call: alive and nothing (a failure report) waiting on the pipe."""
@@ -219,38 +198,45 @@ class WorkerHandle:
 
     def request(self, req, timeout: float, before_go: Callable[[], None] | None = None,
                 at_done: Callable[[], None] | None = None, limit: str | None = None):
-        """Send one request; for a call, time it by the doorbell. Returns (reply, tensors, span_ns).
+        """Send one request; for a call, time it by the doorbell. Returns (reply, tensors, clock): a
+        ``CallClock`` for a call, else None.
 
         ``timeout`` bounds the request on the grader's clock from the moment it is sent (for a call:
         until DONE; its reply then has 60 s more to arrive); past it the verdict is TIMEOUT with
         ``limit`` as its message (default: the number of seconds).
 
-        A call's inputs reach the worker only inside the timed window: the worker rings READY over
-        buffers that hold no draw yet, ``before_go`` (the grader, in its own process) fills them,
-        flushes the L2 and synchronises, and only then does the clock start and GO ring.
-        ``at_done`` runs the moment DONE is seen, before anything else of the worker's can run
-        (the grader's own copy of the outputs, ``evaluation``).
+        A call's inputs reach the worker only just before the timed window: the worker rings READY
+        over buffers that hold no draw yet, ``before_go`` (the grader, in its own process) fills
+        them, flushes the L2 and synchronises; STAGED lets the worker bring its CUDA context back
+        onto the GPU (one tiny kernel of its own) and ring TOUCHED, and only then does the clock
+        start and GO ring. ``at_done`` runs the moment DONE is seen, before anything else of the
+        worker's can run (the grader's own copy of the outputs, ``evaluation``).
         """
         self.seq += 1
         req.seq, req.nonce = self.seq, secrets.token_hex(8)
         deadline = time.perf_counter_ns() + int(timeout * 1e9)
         self.parent.send(req)
-        span = None
+        clock = None
         if isinstance(req, CallRequest):
             if self.bell.wait_for(READY, req.seq, deadline, self._alive, share_cpu=self.share_cpu) is not None:
+                filled_from = time.perf_counter_ns()
                 if before_go is not None:
                     before_go()
-                start = self.bell.go(req.seq)
-                end = self.bell.wait_for(DONE, req.seq, deadline, self._alive, share_cpu=self.share_cpu)
-                span = None if end is None else end - start
-                if span is not None and at_done is not None:
-                    at_done()
+                staged = self.bell.staged(req.seq)
+                touched = self.bell.wait_for(TOUCHED, req.seq, deadline, self._alive, share_cpu=self.share_cpu)
+                if touched is not None:
+                    start = self.bell.go(req.seq)
+                    end = self.bell.wait_for(DONE, req.seq, deadline, self._alive, share_cpu=self.share_cpu)
+                    if end is not None:
+                        clock = CallClock(end - start, staged - filled_from, touched - staged)
+                        if at_done is not None:
+                            at_done()
         left = max(deadline - time.perf_counter_ns(), 0) / 1e9
-        message, tensors = self.expect(left + 60.0 if span is not None else left, req.nonce, req.seq,
+        message, tensors = self.expect(left + 60.0 if clock is not None else left, req.nonce, req.seq,
                                        limit or f"no reply within {timeout:g} s")
-        if isinstance(req, CallRequest) and span is None:
+        if isinstance(req, CallRequest) and clock is None:
             raise Verdict(Status.REWARD_HACK, "the call replied without its DONE signal")
-        return message, tensors, span
+        return message, tensors, clock
 
     def note_death(self, exit_code: int) -> None:
         """Record an exit status collected elsewhere (``outside.frozen`` reaps a child that died under
@@ -351,6 +337,13 @@ def evaluations_root() -> str:
     return root
 
 
+def _scratch_and_plan(config: GradeConfig) -> tuple[str, set[int] | None, tuple[set[int], set[int]] | None]:
+    """A new scratch folder for one evaluation, the caller's CPU set and the core plan."""
+    scratch = tempfile.mkdtemp(prefix="mkb-eval-", dir=evaluations_root())
+    original = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    return scratch, original, core_plan() if config.pin_cores and original else None
+
+
 def start_workers(kernel: Path, dsl: str, problem_file: Path, num_outputs: int, device: str,
                   config: GradeConfig, protected_paths: list[str] | None = None) -> Started:
     """Start the candidate and the reference worker of one evaluation, on their own CPUs.
@@ -362,14 +355,99 @@ def start_workers(kernel: Path, dsl: str, problem_file: Path, num_outputs: int, 
     """
     kernel, problem_file = Path(kernel).resolve(), Path(problem_file).resolve()
     protected = [str(problem_file.parent), *(protected_paths or [])]
-    scratch = tempfile.mkdtemp(prefix="mkb-eval-", dir=evaluations_root())
-    original = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    plan = core_plan() if config.pin_cores and original else None
+    scratch, original, plan = _scratch_and_plan(config)
     candidate = spawn_worker(candidate_setup(kernel, dsl, device, num_outputs, protected, scratch, config), scratch,
                              config, plan)
     reference = spawn_worker(reference_setup(problem_file, device, num_outputs), scratch, config, plan)
     return Started(scratch, protected, candidate, reference, plan, original,
                    (str(kernel), dsl, str(problem_file), device))
+
+
+@dataclass
+class WarmWorkers:
+    """An evaluation's workers started before the evaluation is known (``start_warm_workers``): one
+    candidate worker per DSL it may be for and the reference worker, each holding torch, its device
+    and (a candidate) its DSL, and nothing of any evaluation. ``assign`` makes them one evaluation's."""
+
+    scratch: str
+    device: str
+    config: GradeConfig
+    candidates: dict[str, WorkerHandle]
+    reference: WorkerHandle
+    plan: tuple[set[int], set[int]] | None
+    original_cpus: set[int] | None
+    ready: set[WorkerHandle] = field(default_factory=set)  # the workers that said WARM_READY
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait, at most ``timeout`` seconds in all, until every worker has loaded what it loads before
+        its evaluation (its ``WARM_READY``); True when all have."""
+        deadline = time.monotonic() + timeout
+        for handle in (*self.candidates.values(), self.reference):
+            if handle in self.ready or not handle.parent.poll(max(deadline - time.monotonic(), 0.0)):
+                continue
+            try:
+                if handle.parent.recv_bytes(len(WARM_READY)) == WARM_READY:
+                    self.ready.add(handle)
+            except (EOFError, OSError):  # it died, or sent something else: not ready
+                pass
+        return all(h in self.ready for h in (*self.candidates.values(), self.reference))
+
+    def unusable(self, dsl: str) -> str | None:
+        """Why these workers cannot take an evaluation in ``dsl`` (None when they can)."""
+        if dsl not in self.candidates:
+            return f"no warm candidate worker for {dsl}"
+        self.wait_ready(0.0)
+        for name, handle in (("candidate", self.candidates[dsl]), ("reference", self.reference)):
+            if handle not in self.ready:
+                return f"the warm {name} worker was not ready"
+            if not handle.process.is_alive() or handle.parent.poll(0):  # gone since
+                return f"the warm {name} worker did not stay ready"
+        return None
+
+    def assign(self, kernel: Path, dsl: str, problem_file: Path, num_outputs: int,
+               protected_paths: list[str] | None = None) -> Started:
+        """Make these workers the evaluation's: the other DSLs' candidate workers are ended first (nothing
+        but the evaluation's own workers runs beside the submission), then the candidate and the
+        reference worker get the setup ``start_workers`` would have started them with."""
+        kernel, problem_file = Path(kernel).resolve(), Path(problem_file).resolve()
+        candidate = self.candidates.pop(dsl)
+        for other in self.candidates.values():
+            other.close()
+        self.candidates.clear()
+        protected = [str(problem_file.parent), *(protected_paths or [])]
+        candidate.configure(candidate_setup(kernel, dsl, self.device, num_outputs, protected, self.scratch,
+                                            self.config))
+        self.reference.configure(reference_setup(problem_file, self.device, num_outputs))
+        return Started(self.scratch, protected, candidate, self.reference, self.plan, self.original_cpus,
+                       (str(kernel), dsl, str(problem_file), self.device))
+
+    def close(self) -> None:
+        """End every worker, remove the scratch folder and give the CPUs back (``close_quietly``)."""
+        for handle in (*self.candidates.values(), self.reference):
+            handle.close()
+        self.candidates.clear()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        if self.plan and self.original_cpus:
+            os.sched_setaffinity(0, self.original_cpus)
+
+
+def warm_setup(mode: str, dsl: str, device: str, scratch: str, config: GradeConfig) -> WorkerSetup:
+    """The setup of a worker started before its evaluation: its kind, DSL and device, and the scratch
+    folder it will write in, and nothing of an evaluation (``WarmWorkers.assign`` sends the rest)."""
+    return WorkerSetup(mode=mode, dsl=dsl, path="", device=device, num_outputs=0, nonce="",
+                       scratch=scratch if mode == "candidate" else "", require_sandbox=config.require_sandbox,
+                       warm=True)
+
+
+def start_warm_workers(dsls: list[str], device: str, config: GradeConfig) -> WarmWorkers:
+    """Start one evaluation's workers before the evaluation is known (the judge's pool, ``judge.runner
+    --warm``): a candidate worker for each of ``dsls`` and the reference worker, in a new scratch folder,
+    on the workers' CPUs of the core plan. They load torch, their device and their DSL, then wait."""
+    scratch, original, plan = _scratch_and_plan(config)
+    candidates = {dsl: spawn_worker(warm_setup("candidate", dsl, device, scratch, config), scratch, config, plan)
+                  for dsl in dsls}
+    reference = spawn_worker(warm_setup("reference", "none", device, "", config), scratch, config, plan)
+    return WarmWorkers(scratch, device, config, candidates, reference, plan, original)
 
 
 def spawn_worker(setup: WorkerSetup, scratch: str, config: GradeConfig,

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# what a warm worker sends, once, when it has loaded everything it loads before its evaluation and
+# waits for the evaluation's setup (the only message a worker sends before it has one; raw bytes)
+WARM_READY = b"mkb-warm-ready"
+
 
 @dataclass
 class WorkerSetup:
@@ -23,6 +27,10 @@ class WorkerSetup:
     require_sandbox: bool = False  # an unavailable OS limit is an infrastructure fault, not a note
     hot_wait_ns: int = 0  # after each reply, poll this long for the next request before sleeping
     spawned_at: float = 0.0  # the grader's wall clock when it started this process (startup breakdown)
+    # a worker started before its evaluation is known (``launch.start_warm_workers``): it loads torch,
+    # its device and its DSL, then waits on its pipe for the evaluation's own setup (this class, with
+    # ``warm`` False) and applies everything of the evaluation from there on
+    warm: bool = False
 
 
 @dataclass

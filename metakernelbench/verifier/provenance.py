@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .launch import Verdict
-from .result import Mismatch, Status
+from metakernelbench.contract import MIN_DSL_SHARE, Status, Verdict
+
+from .result import Mismatch
 from .tensors import StructureError
 
 if TYPE_CHECKING:
     from .evaluation import Evaluation
 
 
-MIN_DSL_SHARE = 0.5  # the least share of a call's device time DSL kernels must take (design.md §4)
 CUTE_KERNEL_PREFIX = "kernel_cutlass_"  # the symbol prefix CuTe DSL gives every kernel it compiles
 # torch operators that compute nothing (views, metadata, allocation): on the CPU path their host time
 # is dispatch, which counts for neither side of the share

@@ -9,24 +9,12 @@ from __future__ import annotations
 
 import json
 import math
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SPEEDUP_CAP = 100.0
-
-
-class Status(StrEnum):
-    PASSED = "PASSED"
-    INCORRECT = "INCORRECT"
-    COMPILE_ERROR = "COMPILE_ERROR"
-    RUNTIME_ERROR = "RUNTIME_ERROR"
-    TIMEOUT = "TIMEOUT"
-    RULE_VIOLATION = "RULE_VIOLATION"
-    REWARD_HACK = "REWARD_HACK"
-    INFRA_ERROR = "INFRA_ERROR"
+from metakernelbench.contract import SPEEDUP_CAP, Status  # defined in the contract; imported from here too
 
 
 class Mismatch(BaseModel):

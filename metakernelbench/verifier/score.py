@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from metakernelbench.contract import SPEEDUP_CAP, GradeConfig, Status, Verdict
 from metakernelbench.problems import Problem
 
 from . import floor as floor_mod
-from .launch import GradeConfig, Verdict
-from .result import SPEEDUP_CAP, GradeResult, Status, Timing
+from .result import GradeResult, Timing
 from .timing import EagerBaseline
 
 

@@ -5,11 +5,12 @@ A draw must not reach the candidate's process before its call's clock starts: wh
 before the clock. So the worker holds *buffers* of the draw's layout, allocated here (shared memory on
 the CPU, CUDA memory shared by IPC on the GPU), and sent to it once per layout; for every call the
 grader writes the draw into them from this process after READY, evicts the L2 (a buffer twice its size
-copied here), synchronises, and only then stamps its clock and rings GO (``launch``). Between READY and
-GO this process issues copies only (the copy engines): a kernel here would leave the GPU's SMs in this
-process's CUDA context, and the candidate's first launch would pay the switch back inside its span
-(``DeviceTools.cold_l2``). In-place outputs
-are therefore updated in the grader's own memory, where it reads them.
+copied here), synchronises, and rings STAGED; the worker brings its own CUDA context back onto the GPU
+(one tiny kernel: the switch away from this process's context costs ~140 us on an H100 and must not
+land in the call) and rings TOUCHED, and only then does the grader stamp its clock and ring GO
+(``launch``). The stretch from the draw's first byte to TOUCHED is timed, and what the candidate takes
+there beyond the trusted reference worker is charged to its call (``timing.window_charges``). In-place
+outputs are therefore updated in the grader's own memory, where it reads them.
 
 Inputs that share memory in a draw share it in the buffers (one buffer per distinct storage, every
 view rebuilt with its offset and strides). Python numbers in a draw (the NVFP4 problems' global

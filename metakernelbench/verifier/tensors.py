@@ -19,16 +19,21 @@ class StructureError(ValueError):
     """A call returned something whose structure differs from the reference's."""
 
 
-def promote_floats(values: Sequence[Any]) -> tuple[Any, ...]:
+def promote_floats(values: Sequence[Any], device: torch.device | None = None) -> tuple[Any, ...]:
     """Inputs for the float64 anchor: floating tensors become float64 copies, the rest is kept.
 
     Integer tensors and Python scalars keep their values; in-place inputs get copies, so the
-    anchor run never touches the tensors of the reference run.
+    anchor run never touches the tensors of the reference run. ``device``: where the copies go (the
+    values' own device by default; the CPU for an anchor computed off the GPU, converted there).
     """
     promoted = []
     for v in values:
         if isinstance(v, torch.Tensor):
-            v = v.to(torch.float64) if v.dtype.is_floating_point else v.clone()
+            target = v.device if device is None else device
+            if v.dtype.is_floating_point:
+                v = v.to(target, torch.float64)
+            else:
+                v = v.clone() if target == v.device else v.to(target)
         promoted.append(v)
     return tuple(promoted)
 

@@ -6,7 +6,8 @@ worker's DONE in shared memory (``doorbell``) is the call's time. ``timing_loop`
 (the candidate, or the trusted reference worker for the eager baseline); ``time_candidate`` adds
 the GPU-exclusivity rule (time again, or INFRA_ERROR, never a silently slow grade);
 ``check_signal_gaps`` turns a worker stopwatch that disagrees with the grader on every call into
-REWARD_HACK.
+REWARD_HACK; ``window_charges`` adds to a call's time what the worker took before GO, with the draw
+in its buffers, beyond what the trusted reference worker takes there.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class LoopTimes:
     spans_ms: list[float]
     worker_ms: list[float]
     returned_ms: list[float] = field(default_factory=list)  # worker-reported host time until solve returned
+    exposed_us: list[float] = field(default_factory=list)  # per call: the draw's first byte to TOUCHED
 
     def signal_overhead_us(self) -> tuple[float, float, float]:
         """Median, min and max of (grader span - worker stopwatch), in microseconds: the doorbell's
@@ -68,6 +70,7 @@ class EagerBaseline:
     remeasured: bool  # the cached baseline drifted and was measured again
     source: str  # "cached" or "measured"
     ref_gap_us: float  # the trusted reference worker's smallest signal gap (grader span - its stopwatch)
+    ref_exposed_us: float = 0.0  # the trusted reference worker's median stretch from the draw's first byte to TOUCHED
 
 
 def timing_loop(ev: Evaluation, handle: WorkerHandle, seeds: list[int], warmup: int,
@@ -76,31 +79,69 @@ def timing_loop(ev: Evaluation, handle: WorkerHandle, seeds: list[int], warmup: 
 
     For the candidate (``keep`` given), timed calls are kept for ``checks.recheck``: the ``chosen``
     ones (drawn in secret before timing) with the grader's copy of their in-place outputs at DONE,
-    and on the CPU every timed call with its returned outputs read out of the worker at DONE.
+    and on the CPU every timed call with its returned outputs read out of the worker at DONE. Where
+    the worker keeps them is the memory plan's (``memory.Placement.keep_on_device``): in its own
+    memory, every timed call's outputs until the rechecks fetch them (the contract's way; 50 calls'
+    outputs on the GPU); or sent back after every timed call, all of them alike so that the worker
+    cannot tell the chosen calls, the grader holding the chosen calls' outputs in host memory.
     """
-    spans, own, returned = [], [], []
+    spans, own, returned, exposed = [], [], [], []
     cpu = ev.device.type == "cpu"
+    keeping = keep is not None
+    sent_back = keeping and not ev.memory.placement.keep_on_device
+    host = sent_back or ev.memory.placement.expected_on_host
     for i, seed in enumerate(seeds):
         timed = i >= warmup
-        snapshot = keep is not None and timed and (cpu or i in chosen)
-        call = ev.call(handle, ev.draw(seed), snapshot=snapshot, keep_outputs=timed and keep is not None,
-                       check_threads=timed, light_checks=True)
+        snapshot = keeping and timed and (cpu or i in chosen)
+        call = ev.call(handle, ev.draw(seed), snapshot=snapshot, keep_outputs=timed and keeping and not sent_back,
+                       send_outputs=timed and sent_back, check_threads=timed, light_checks=True)
         if timed:
             spans.append(call.span_ns / 1e6)
+            exposed.append(call.exposed_ns / 1e3)
             own.append(call.result.elapsed_ns / 1e6)
             returned.append(call.result.returned_ns / 1e6)
-            if keep is not None and (i in chosen or call.done_outputs is not None):
+            if keeping and (i in chosen or (call.done_outputs is not None and not sent_back)):
                 # in-place inputs now hold the call's results (equal to the grader's copy at DONE):
                 # copied now, since the buffers take the next draw. The other inputs are not kept:
                 # the recheck compares with the reference of the seed, and holding whole draws (GBs
-                # of weights at upstream sizes) would crowd the GPU at the recheck.
-                inplace = tuple(v.clone() if name in ev.spec.inplace and i in chosen else None
+                # of weights at upstream sizes) would crowd the GPU at the recheck. (Sent back, the
+                # outputs were held to the grader's copy at DONE when they arrived: ``Evaluation.call``.)
+                inplace = tuple((v.cpu() if host else v.clone()) if name in ev.spec.inplace and i in chosen else None
                                 for name, v in zip(ev.spec.inputs, call.inputs, strict=True))
-                keep[i] = (call.result.seq, inplace, call.done_outputs, i in chosen)
+                held = call.outputs if sent_back else None
+                keep[i] = (call.result.seq, inplace, None if sent_back else call.done_outputs, i in chosen, held)
     # the checks the loop's calls deferred (``CallRequest.light_checks``) run now, before any
     # figure of this loop is used: a fetch of nothing
     handle.request(FetchRequest(0, "", []), ev.config.call_timeout_s)
-    return LoopTimes(spans, own, returned)
+    return LoopTimes(spans, own, returned, exposed)
+
+
+def window_charges(loop: LoopTimes, allowance_us: float) -> list[float]:
+    """Per timed call, the microseconds added to its span: how far the stretch from the draw's first
+    byte to TOUCHED exceeded ``allowance_us``, the trusted reference worker's median of the same
+    stretch in this grading.
+
+    That stretch is the only time in which the worker's process can see a draw before the clock
+    starts: the grader writes the draw, evicts the L2 and synchronises (work of the worker's on
+    the GPU meanwhile makes the GPU switch contexts, ~140 us each way on an H100, and the grader's
+    synchronise waits for it), then the worker runs its one tiny kernel and synchronises. An honest
+    worker takes what the reference worker takes; computing there on the draw takes longer, and
+    the difference lands on the call's time. Nothing is ever subtracted: a call never reads less
+    than its span.
+    """
+    return [max(0.0, e - allowance_us) for e in loop.exposed_us]
+
+
+def charged_spans_ms(loop: LoopTimes, charges_us: list[float]) -> list[float]:
+    """The spans the grade uses: each call's span plus its window charge."""
+    return [s + c / 1e3 for s, c in zip(loop.spans_ms, charges_us, strict=True)]
+
+
+def kernel_timing(loop: LoopTimes, eager: EagerBaseline) -> tuple[Timing, list[float]]:
+    """The candidate's timing as the grade uses it (its spans with their window charges against the
+    reference worker's stretch of this grading) and the charges, per timed call, in microseconds."""
+    charges = window_charges(loop, eager.ref_exposed_us)
+    return Timing.from_samples(charged_spans_ms(loop, charges)), charges
 
 
 def check_calls(cfg: GradeConfig, cached: baseline_mod.EagerBaseline | None) -> int:
@@ -126,17 +167,18 @@ def eager_baseline(ev: Evaluation, device_name: str) -> EagerBaseline:
     check_loop = timing_loop(ev, ev.reference, check_seeds, cfg.eager_check_warmup, None)
     check = Timing.from_samples(check_loop.spans_ms)
     ref_gap_us = check_loop.signal_overhead_us()[1]
+    ref_exposed_us = median(check_loop.exposed_us)
     if cached is not None:
         base = Timing.from_samples(cached.samples_ms)
         drift = abs(check.median_ms - base.median_ms) / base.median_ms
         if drift <= cfg.eager_drift_flag:
-            return EagerBaseline(base, check, drift, False, "cached", ref_gap_us)
+            return EagerBaseline(base, check, drift, False, "cached", ref_gap_us, ref_exposed_us)
     seeds = [ev.seed() for _ in range(cfg.eager_baseline_warmup + cfg.eager_baseline_timed)]
     loop = timing_loop(ev, ev.reference, seeds, cfg.eager_baseline_warmup, None)
     base = Timing.from_samples(loop.spans_ms)
     baseline_mod.store(cache, baseline_mod.make_entry(key, loop.spans_ms, base.median_ms, device_name))
     drift = abs(check.median_ms - base.median_ms) / base.median_ms
-    return EagerBaseline(base, check, drift, cached is not None, "measured", ref_gap_us)
+    return EagerBaseline(base, check, drift, cached is not None, "measured", ref_gap_us, ref_exposed_us)
 
 
 def time_candidate(ev: Evaluation, seeds: list[int], recheck_at: list[int]) -> tuple[LoopTimes, dict, str | None]:

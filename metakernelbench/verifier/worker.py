@@ -2,10 +2,12 @@
 
 It holds no reference, no seeds and no expected outputs. It holds the grader's input buffers (shared
 from the grader through CUDA IPC / shared memory), which hold no draw when the worker rings READY:
-the grader writes each draw into them from its own process after READY and before GO, so nothing in
-this process can see a draw's values before the clock starts. The worker replies with the call's
-wall time and, when asked, its outputs as raw bytes (``wire``). The loop is identical for every
-phase (warmup, timed, checked, bypass), so a submission cannot tell them apart.
+the grader writes each draw into them from its own process after READY and times, from its first
+byte until GO, the only stretch in which this process could see a draw's values before the clock
+starts (what it takes there beyond the trusted reference worker is added to the call's time). The
+worker replies with the call's wall time and, when asked, its outputs as raw bytes (``wire``). The
+loop is identical for every phase (warmup, timed, checked, bypass), so a submission cannot tell them
+apart.
 
 Everything in this process is the submission's once it is imported: the checks here (integrity of
 the grader's functions, threads, the persisting-L2 limit, native mappings) are early warnings that
@@ -20,6 +22,11 @@ sides carry exactly the same harness overhead.
 A candidate worker loads torch, its DSL, the launch hooks, the audit hook and its OS limits, and
 then waits for the grader's release (``protocol.LoadRequest``) before it imports the kernel file:
 it can be started before the grader has checked anything, and nothing of the submission runs early.
+A warm worker (``WorkerSetup.warm``, the judge's pool of pre-started evaluations) starts even earlier,
+before its evaluation exists: it loads torch, its device and (a candidate) its DSL with the code
+loaders removed, then waits on its pipe for the evaluation's setup, and only then applies what is the
+evaluation's: the problem (a reference), the audit hook for the kernel file and the OS limits with
+the problem's folder unreadable (a candidate), exactly as a worker started for it would.
 The grader ends a worker by killing its process group.
 """
 
@@ -39,7 +46,7 @@ from . import capabilities, hooks, sandbox
 from .device import DeviceTools
 from .doorbell import DONE, Doorbell
 from .guard import REFUSE_EVENT, TAMPERING, GuardViolation, describe_threads, install_guard, thread_count, thread_ids
-from .protocol import CallRequest, FetchRequest, LoadRequest, WorkerSetup
+from .protocol import WARM_READY, CallRequest, FetchRequest, LoadRequest, WorkerSetup
 from .wire import CallResult, Failure, KernelTime, Outputs, Ready, send, tensor_meta
 
 _perf_ns = time.perf_counter_ns  # bound before any submission code can patch the module
@@ -228,6 +235,7 @@ class Worker:
         self.box: sandbox.Sandbox | None = None
         self._sync = DeviceTools.sync.__get__(self.tools)  # bound now: later patches do not reach it
         self._touch = DeviceTools.touch.__get__(self.tools)
+        self._warm = self._warm_context  # run between STAGED and TOUCHED (doorbell.ready_and_wait)
 
     def send(self, message, tensors=()) -> None:
         send(self.conn, message, list(tensors))
@@ -242,11 +250,57 @@ class Worker:
                               error_type="Contract", message=exc[:2000]))
 
     # ---- setup -------------------------------------------------------------------------------
-    def load(self) -> bool:
+    def _prepare(self) -> tuple[str, Exception | None]:
+        """What a candidate loads before anything of its evaluation is needed: the DSL with its launch
+        hooks, then the GPU code loaders the DSL did not produce taken out of the process. Returns the
+        DSL's version and the error that stopped it (raised once the evaluation is known, ``load``)."""
         setup = self.setup
-        self._nonce = setup.nonce
+        if setup.mode == "reference":
+            return "reference", None
         start = time.perf_counter()
         try:
+            version = hooks.INSTALLERS[setup.dsl]() if setup.dsl in hooks.INSTALLERS else "none"
+            STARTUP["dsl"] = time.perf_counter() - start
+            removed_at = time.perf_counter()
+            self.removed = capabilities.remove(setup.dsl)  # GPU code loaders the DSL did not produce
+            STARTUP["capabilities"] = time.perf_counter() - removed_at
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a verdict (``load``)
+            return "none", exc
+        return str(version), None
+
+    def _await_evaluation(self) -> bool:
+        """A warm worker (``WorkerSetup.warm``): wait on the pipe for its evaluation's setup, for the
+        same kind of worker on the same device, page and scratch folder. Nothing of an evaluation
+        (kernel file, problem, protected folders) was in this process before; everything in the
+        start-up breakdown so far is renamed ``warm_*``: it ran before the evaluation was dispatched."""
+        warm, waiting_at = self.setup, time.perf_counter()
+        try:
+            self.conn.send_bytes(WARM_READY)
+            setup = self.conn.recv()
+        except (EOFError, OSError):  # the grader is gone, or never dispatched an evaluation here
+            return False
+        same = ("mode", "dsl", "device", "doorbell", "scratch")
+        if not isinstance(setup, WorkerSetup) or setup.warm or any(getattr(setup, k) != getattr(warm, k)
+                                                                   for k in same):
+            return False
+        for key in list(STARTUP):
+            STARTUP[f"warm_{key}"] = STARTUP.pop(key)
+        STARTUP["warm_idle"] = time.perf_counter() - waiting_at
+        self.setup = setup
+        return True
+
+    def load(self) -> bool:
+        start = time.perf_counter()
+        version, prepare_error = self._prepare()
+        if self.setup.warm:
+            if not self._await_evaluation():
+                return False
+            start = time.perf_counter()  # the import's time counts from the evaluation's dispatch
+        setup = self.setup
+        self._nonce = setup.nonce
+        try:
+            if prepare_error is not None:
+                raise prepare_error
             if setup.mode == "reference":
                 from metakernelbench.problems import load_problem
 
@@ -258,11 +312,7 @@ class Worker:
                               enforce=False)()
                 self.integrity = _critical_callables()
             else:
-                version = hooks.INSTALLERS[setup.dsl]() if setup.dsl in hooks.INSTALLERS else "none"
-                STARTUP["dsl"] = time.perf_counter() - start
-                removed_at = time.perf_counter()
-                self.removed = capabilities.remove(setup.dsl)  # GPU code loaders the DSL did not produce
-                STARTUP["capabilities"] = time.perf_counter() - removed_at
+                limits_at = time.perf_counter()  # (the DSL and the code loaders' removal: ``_prepare``)
                 # the only handle on the hook's switch is ``arm``: called below and then dropped
                 arm = install_guard(setup.path, setup.protected_paths, setup.dsl, self.bell.refusal_reporter(),
                                     scratch=setup.scratch or None)
@@ -277,6 +327,7 @@ class Worker:
                     if setup.scratch else list(setup.protected_paths)
                 self.box = sandbox.enter(setup.scratch or os.getcwd(), require=setup.require_sandbox,
                                          submission=setup.path, unreadable=unreadable)
+                STARTUP["limits"] = time.perf_counter() - limits_at
                 waiting_at = time.perf_counter()
                 if not isinstance(self.conn.recv(), LoadRequest):  # the grader's go-ahead (protocol)
                     return False
@@ -284,9 +335,9 @@ class Worker:
                 self.bell.loading()  # the grader's compile budget starts now (``Evaluation.await_candidate``)
                 arm()
                 del arm
-                limits_at = time.perf_counter()
+                import_at = time.perf_counter()
                 module = _load_module(setup.path, "kernel")
-                STARTUP["kernel_import"] = time.perf_counter() - limits_at
+                STARTUP["kernel_import"] = time.perf_counter() - import_at
                 self.solve = getattr(module, "solve", None)
                 if not callable(self.solve):
                     self.fail(-1, "import", "structure", "kernel.py defines no callable solve(*inputs)")
@@ -369,6 +420,14 @@ class Worker:
             if loaded:
                 raise CallFailed("violation", _foreign_native(loaded))
 
+    def _warm_context(self) -> None:
+        """Between STAGED and TOUCHED: one tiny kernel of this process's and a sync, so that the GPU's
+        switch back from the grader's context (which just wrote the draw) is taken here, outside the
+        call's span. The grader times this stretch and charges what exceeds the trusted reference
+        worker's (``timing.window_charges``): it is no place to compute."""
+        self._touch()
+        self._sync()
+
     def call(self, req: CallRequest) -> None:
         """One call: READY over empty buffers / the grader fills them / GO / solve / sync / DONE."""
         hooks.REGISTRY.begin_call(req.suppress)
@@ -377,10 +436,9 @@ class Worker:
         inputs = list(self.stage)
         for position, value in req.values:
             inputs[position] = value
-        self._touch()  # this context on the SMs again before READY (DeviceTools.touch)
         self._sync()
         bell = self.bell
-        if not self._ready_and_wait(req.seq, GO_TIMEOUT_S):
+        if not self._ready_and_wait(req.seq, GO_TIMEOUT_S, self._warm):
             self.fail(req.seq, "call", "runtime", "the grader never started the call")
             return
         kernels = None
@@ -524,6 +582,8 @@ def main(conn, setup: WorkerSetup) -> None:
     """Process entry point (spawned by the grader)."""
     STARTUP["interpreter_and_torch"] = time.time() - setup.spawned_at if setup.spawned_at else 0.0
     os.setsid()  # own process group: the grader kills the whole group at the end
+    if setup.warm and sys.platform == "linux":  # a warm runner ended unused takes its workers with it
+        sandbox._libc().prctl(sandbox.PR_SET_PDEATHSIG, 9, 0, 0, 0)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")

@@ -41,3 +41,23 @@ def test_small_run_records_controls_and_no_ceiling(tmp_path):
     assert row["eager_measurable"] is (row["eager_ms"] >= h200_problems.EAGER_MIN_MS)
     assert "eager_in_range" not in row and "eager_in_range" not in record["summary"]
     assert record["summary"]["problems"] == 1 and record["summary"]["errors"] == []
+
+
+def test_grade_peak_records_a_final_grade_per_dsl_and_keeps_the_other_fields(tmp_path):
+    """``--grade-peak`` on the CPU (no GPU memory to sample: the peak is null) with a CPU kernel for
+    problem 28: the row keeps its earlier fields and gains the final grade's."""
+    out = tmp_path / "problems.json"
+    name = "28_fused_add_rmsnorm_h4096_llama31_8b_bf16"
+    out.write_text(json.dumps({"problems": [{"problem": name, "eager_ms": 1.0, "final_grade_peak_gib": None}]}))
+    kernel = REPO / "tests" / "fixtures" / "kernels" / "rmsnorm_tirx_llvm.py"
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "h200_problems.py"), "--out", str(out),
+                           "--device", "cpu", "--small", "--only", "28", "--grade-peak", "--merge", "--dsl", "tirx",
+                           "--kernel", f"{name}_tirx={kernel}"],
+                          capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (row,) = json.loads(out.read_text())["problems"]
+    assert row["eager_ms"] == 1.0 and row["final_grade_peak_gib"] == {"tirx": None}
+    graded = row["final_grade"]["tirx"]
+    assert graded["status"] == "PASSED", graded["message"]
+    assert graded["memory_plan"] and graded["estimate"] is None  # no card to plan for on the CPU
+    assert {"command", "commit", "date", "device"} <= set(row["final_grade_run"])

@@ -17,17 +17,23 @@ import pytest
 import torch
 
 from metakernelbench.verifier import grader as grader_mod
-from metakernelbench.verifier.doorbell import DONE, GO, READY, Doorbell
+from metakernelbench.verifier.doorbell import DONE, GO, READY, STAGED, TOUCHED, Doorbell
 from metakernelbench.verifier.launch import Verdict
 from metakernelbench.verifier.result import Status
 from metakernelbench.verifier.timing import LoopTimes
 
 
-def _worker(path: str, calls: int, busy_s: float, out) -> None:
+def _busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def _worker(path: str, calls: int, busy_s: float, out, warm_s: float = 0.0) -> None:
     bell = Doorbell.attach(path)
     own = []
     for seq in range(1, calls + 1):
-        assert bell.ready_and_wait(seq, 30.0)
+        assert bell.ready_and_wait(seq, 30.0, (lambda: _busy(warm_s)) if warm_s else None)
         t0 = time.perf_counter_ns()
         end = time.perf_counter() + busy_s
         while time.perf_counter() < end:
@@ -47,6 +53,8 @@ def test_span_tracks_the_workers_stopwatch():
     for seq in range(1, 31):
         deadline = time.perf_counter_ns() + int(60e9)
         assert bell.wait_for(READY, seq, deadline, proc.is_alive, share_cpu=True) is not None
+        bell.staged(seq)
+        assert bell.wait_for(TOUCHED, seq, deadline, proc.is_alive, share_cpu=True) is not None
         start = bell.go(seq)
         end = bell.wait_for(DONE, seq, deadline, proc.is_alive, share_cpu=True)
         spans.append(end - start)
@@ -57,6 +65,29 @@ def test_span_tracks_the_workers_stopwatch():
     # a loaded 2-core machine can delay every look by a scheduler tick; on the H200 the median gap is
     # ~3 us (results/h200/timing.json, signal_overhead_us)
     assert gaps_us[len(gaps_us) // 2] < 20_000, gaps_us
+    bell.close()
+
+
+def test_the_worker_waits_for_staged_and_the_window_is_on_the_graders_clock():
+    """The worker must not ring TOUCHED (nor see GO) before the grader has STAGED the draw, and what
+    it does between the two signals is timed by the grader, outside the call's span."""
+    bell = Doorbell.create()
+    out = mp.get_context("spawn").Queue()
+    proc = mp.get_context("spawn").Process(target=_worker, args=(bell.path, 3, 0.0, out, 0.02))
+    proc.start()
+    for seq in range(1, 4):
+        deadline = time.perf_counter_ns() + int(60e9)
+        assert bell.wait_for(READY, seq, deadline, proc.is_alive, share_cpu=True) is not None
+        time.sleep(0.05)
+        assert bell.slots[TOUCHED] != seq, "TOUCHED before STAGED"
+        staged = bell.staged(seq)
+        assert bell.slots[STAGED] == seq
+        touched = bell.wait_for(TOUCHED, seq, deadline, proc.is_alive, share_cpu=True)
+        assert touched - staged >= 20e6, "the worker's 20 ms between STAGED and TOUCHED is on the grader's clock"
+        bell.go(seq)
+        assert bell.wait_for(DONE, seq, deadline, proc.is_alive, share_cpu=True) is not None
+    out.get(timeout=60)
+    proc.join(10)
     bell.close()
 
 
@@ -98,10 +129,11 @@ class _FakeHandle:
         self.elapsed_ns, self.span_ns = elapsed_ns, span_ns
 
     def request(self, req, timeout, before_go=None, at_done=None, limit=None):
+        from metakernelbench.verifier.launch import CallClock
         from metakernelbench.verifier.wire import CallResult
 
         return (CallResult(nonce="n", seq=1, elapsed_ns=self.elapsed_ns, launches={"k": 1}, threads=1), [],
-                self.span_ns)
+                CallClock(self.span_ns, 30_000, 5_000))
 
 
 def _evaluation(handle) -> grader_mod.Evaluation:
@@ -122,7 +154,8 @@ def test_a_worker_stopwatch_longer_than_the_span_is_a_forgery():
 
 def test_an_honest_call_is_timed_by_the_span():
     ev = _evaluation(_FakeHandle(elapsed_ns=99_000, span_ns=100_000))
-    assert ev.call(ev.candidate, ()).span_ns == 100_000
+    call = ev.call(ev.candidate, ())
+    assert (call.span_ns, call.exposed_ns) == (100_000, 35_000)
 
 
 def test_signal_overhead_reports_median_min_and_max():

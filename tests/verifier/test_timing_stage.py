@@ -96,3 +96,25 @@ def test_a_process_that_stays_on_the_gpu_is_an_infra_error(counted_loops):
     with pytest.raises(Verdict) as caught:
         timing.time_candidate(ev, [1, 2, 3], [2])
     assert caught.value.status is Status.INFRA_ERROR
+
+
+def test_time_spent_before_go_beyond_the_reference_workers_is_charged_to_the_call():
+    """A worker that computes on the draw between its arrival and GO (the exposed stretch) gets that
+    time added to its span; one that takes what the trusted reference worker takes gets nothing."""
+    honest = timing.LoopTimes([0.150] * 3, [0.148] * 3, exposed_us=[300.0, 310.0, 295.0])
+    cheat = timing.LoopTimes([0.010] * 3, [0.008] * 3, exposed_us=[440.0, 450.0, 445.0])
+    allowance = 305.0
+    assert timing.window_charges(honest, allowance) == [0.0, 5.0, 0.0]
+    charged = timing.charged_spans_ms(cheat, timing.window_charges(cheat, allowance))
+    assert charged == pytest.approx([0.145, 0.155, 0.150])
+    # never subtracted: a call quicker than the reference's stretch still reads its own span
+    assert timing.charged_spans_ms(honest, timing.window_charges(honest, 10_000.0)) == honest.spans_ms
+
+
+def test_the_grade_times_a_candidate_by_its_charged_spans():
+    base = Timing.from_samples([1.0] * 3)
+    eager = timing.EagerBaseline(base, base, 0.0, False, "measured", ref_gap_us=3.0, ref_exposed_us=300.0)
+    cheat = timing.LoopTimes([0.010] * 3, [0.008] * 3, exposed_us=[2300.0] * 3)
+    kernel, charges = timing.kernel_timing(cheat, eager)
+    assert charges == [2000.0] * 3
+    assert kernel.median_ms == pytest.approx(2.010)

@@ -14,6 +14,8 @@ import signal
 import sys
 from pathlib import Path
 
+from metakernelbench.contract import ATTEMPT_MINUTES, DSLS, GRADER_IMAGES, SUBMISSIONS
+
 # what `--help` shows a user (the module docstring above is for readers of the code)
 DESCRIPTION = ("The judge: a service that grades submitted kernels on this host's GPUs for Harbor trials. "
                "serve runs it, relay forwards one trial's submissions to it (Docker mode), token mints an "
@@ -29,14 +31,14 @@ def _serve(args: argparse.Namespace) -> int:
     settings = GradeSettings(small=args.small, draws=args.draws, warmup=args.warmup, timed=args.timed,
                              rechecks=args.rechecks, wall_limit_s=args.wall_limit,
                              compile_timeout_s=args.compile_timeout, call_timeout_s=args.call_timeout)
-    images = {"cutedsl": args.image_cutedsl, "tirx": args.image_tirx}
+    images = {dsl: getattr(args, f"image_{dsl}") for dsl in DSLS}
     config = JudgeConfig(state=Path(args.state), devices=[d for d in args.devices.split(",") if d],
                          listen=args.listen, unix=Path(args.unix) if args.unix else None, isolation=args.isolation,
                          settings=settings, secrets_dir=Path(args.secrets_dir) if args.secrets_dir else None,
                          budget=args.budget, minutes=args.minutes, images=images,
                          drop_privileges={"auto": None, "yes": True, "no": False}[args.drop_privileges],
                          watch=args.watch, engine=args.engine, ray_address=args.ray_address,
-                         ray_devices=args.ray_devices)
+                         ray_devices=args.ray_devices, pool=args.pool == "on")
     if args.problems_root:
         config.problems_root = Path(args.problems_root)
     if not (config.listen or config.unix):
@@ -108,12 +110,15 @@ def build_parser(prog: str = "python -m metakernelbench.verifier.judge") -> argp
     s.add_argument("--watch", default="auto", choices=("auto", "all", "site", "off"),
                    help="scan import roots after each evaluation (auto: when evaluations run as the judge's "
                         "own user; site: installed packages only, not this checkout)")
+    s.add_argument("--pool", default="off", choices=("on", "off"),
+                   help="subprocess isolation: start each device slot's next evaluation (its runner and workers, "
+                        "nothing of a submission) while the slot is idle, so a grading does not wait for their start")
     s.add_argument("--secrets-dir", default=None, help="write relay.token and final.token here (Docker mode)")
-    s.add_argument("--budget", type=int, default=10)
-    s.add_argument("--minutes", type=float, default=40.0)
+    s.add_argument("--budget", type=int, default=SUBMISSIONS)
+    s.add_argument("--minutes", type=float, default=float(ATTEMPT_MINUTES))
     s.add_argument("--problems-root", default=None)
-    s.add_argument("--image-cutedsl", default="metakernelbench/grader-cutedsl:0.1.0")
-    s.add_argument("--image-tirx", default="metakernelbench/grader-tirx:0.1.0")
+    for dsl in DSLS:
+        s.add_argument(f"--image-{dsl}", default=GRADER_IMAGES[dsl])
     s.add_argument("--wall-limit", type=float, default=1800.0, help="seconds per evaluation, then TIMEOUT")
     s.add_argument("--compile-timeout", type=float, default=None,
                    help="seconds for a kernel file's import and DSL compile (default: mkb grade's)")

@@ -14,6 +14,19 @@ evaluation: a ``.pth`` file, a patched package, a daemon left running on the GPU
   created or changed during it: any is a REWARD_HACK verdict, and the judge refuses to evaluate
   further until they are removed. Leftover processes are found by a marker in their environment.
 
+  With ``pool`` (the judge's default), each device slot keeps one **warm runner**: the next
+  evaluation's runner (``runner --warm``), started while the slot is idle in that evaluation's own
+  fresh folders, uid and CPUs, with its workers loading torch, the device and each DSL. It holds
+  nothing of a submission until it is dispatched one (the kernel file into its folder, one line on
+  its stdin); from there it grades exactly as a cold runner, applies the evaluation's audit hook and
+  OS limits before the kernel file is imported, and is ended with everything of its uid afterwards,
+  never reused. The slot's next warm runner starts only after that cleanup: so it never shares a uid
+  with a running submission, never holds the GPU or the slot's cores while another evaluation of the
+  slot is timed, and an evaluation that arrives while it still starts is dispatched to it anyway
+  (the rest of its start is still less than a cold one). One that dies or is not ready within its
+  start limit is replaced, and so is one that has waited ``pool_max_age_s``; with none to hand, an
+  evaluation starts cold, as without the pool.
+
 Both run an evaluation on its device slot's own physical cores (``cpu_plan``: no two slots' timing
 loops meet on a core), read the runner's report (``runner``) and apply the same blame rule
 (``outcome_without_result``): a failure before the submission's code could run is an infrastructure
@@ -25,6 +38,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -42,9 +56,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from metakernelbench.contract import DSLS, GradeConfig
+
 from ..result import Status, failure
 from .cpu_plan import CpuPlan, cpu_list_text
+from .runner import config_flags
 
+log = logging.getLogger("metakernelbench.judge")
 EVAL_MARKER = "MKB_EVAL_ID"
 BASE_EVAL_UID = 61000
 # the judge's own secrets never reach an evaluation
@@ -53,7 +71,12 @@ _ENV_DENY_PREFIXES = ("MKB_JUDGE", "MKB_ATTEMPT", "MKB_EVAL")
 
 @dataclass(frozen=True)
 class GradeSettings:
-    """How evaluations are graded: the contract's counts (smaller only in tests) and the wall limit."""
+    """How evaluations are graded: the ``GradeConfig`` fields a judge sets (the contract's counts, smaller
+    only in tests; the compile and call budgets) and the wall limit of a whole evaluation.
+
+    None keeps GradeConfig's default, as ``mkb grade`` uses; each evaluation's runner builds its
+    ``GradeConfig`` from the flags ``runner_flags`` writes, which is ``grade_config()``.
+    """
 
     small: bool = False
     draws: int | None = None
@@ -61,20 +84,22 @@ class GradeSettings:
     timed: int | None = None
     rechecks: int | None = None
     wall_limit_s: float = 1800.0
-    # the grader's compile and call budgets (None: GradeConfig's defaults, as ``mkb grade`` uses)
     compile_timeout_s: float | None = None
     call_timeout_s: float | None = None
 
+    def overrides(self) -> dict[str, Any]:
+        """The GradeConfig fields these settings set (field -> value)."""
+        fields = (("correctness_draws", self.draws), ("warmup", self.warmup), ("timed", self.timed),
+                  ("rechecks", self.rechecks), ("compile_timeout_s", self.compile_timeout_s),
+                  ("call_timeout_s", self.call_timeout_s))
+        return {name: value for name, value in fields if value is not None}
+
+    def grade_config(self) -> GradeConfig:
+        """The GradeConfig each evaluation is graded with."""
+        return GradeConfig(**self.overrides())
+
     def runner_flags(self) -> list[str]:
-        flags = ["--small"] if self.small else []
-        for name in ("draws", "warmup", "timed", "rechecks"):
-            value = getattr(self, name)
-            if value is not None:
-                flags += [f"--{name}", str(value)]
-        for flag, value in (("--compile-timeout", self.compile_timeout_s), ("--call-timeout", self.call_timeout_s)):
-            if value is not None:
-                flags += [flag, repr(float(value))]
-        return flags
+        return (["--small"] if self.small else []) + config_flags(self.overrides())
 
 
 @dataclass(frozen=True)
@@ -106,6 +131,8 @@ class RunnerReport:
     stages: list[str] = field(default_factory=list)
     result: dict | None = None
     infra: str | None = None
+    warm_ready: bool = False  # a warm runner (``runner --warm``) is ready for its dispatch
+    finished: threading.Event = field(default_factory=threading.Event)  # the result arrived
 
     def feed(self, line: str, on_stage: Callable[[str], None] | None = None) -> None:
         try:
@@ -120,8 +147,11 @@ class RunnerReport:
                 on_stage(obj["stage"])
         if isinstance(obj.get("result"), dict):
             self.result = obj["result"]
+            self.finished.set()
         if isinstance(obj.get("infra"), str):
             self.infra = obj["infra"]
+        if obj.get("warm") == "ready":
+            self.warm_ready = True
 
     @property
     def grading(self) -> bool:
@@ -191,9 +221,9 @@ def _has_marker_prefix(pid: int, prefix: bytes) -> bool:
         return False
 
 
-def kill_leftovers(marker: str, uid: int | None, prefix: bool = False) -> list[int]:
-    """SIGKILL every process of this evaluation: by its dedicated uid, else by its environment marker
-    (``prefix=True``: every evaluation whose marker starts with ``marker``)."""
+def processes_of(marker: str, uid: int | None, prefix: bool = False) -> list[int]:
+    """The processes of an evaluation: by its dedicated uid, else by its environment marker (``prefix=True``:
+    every evaluation whose marker starts with ``marker``); never this process."""
     me = os.getpid()
     token = f"{EVAL_MARKER}={marker}".encode()
 
@@ -202,9 +232,14 @@ def kill_leftovers(marker: str, uid: int | None, prefix: bool = False) -> list[i
             return _uid_of(pid) == uid
         return _has_marker_prefix(pid, token) if prefix else _has_marker(pid, token)
 
+    return [p for p in _pids() if p != me and ours(p)]
+
+
+def kill_leftovers(marker: str, uid: int | None, prefix: bool = False) -> list[int]:
+    """SIGKILL every process of this evaluation (``processes_of``)."""
     killed = []
     for _ in range(5):  # processes may fork while we look: repeat until none is left
-        found = [p for p in _pids() if p != me and ours(p)]
+        found = processes_of(marker, uid, prefix)
         if not found:
             break
         for pid in found:
@@ -291,13 +326,60 @@ def _child_env(marker: str, home: Path, tmp: Path, eager_cache: Path | None = No
     return env
 
 
+@dataclass
+class EvalDirs:
+    """One evaluation's own folder (the runner's cwd, where the kernel file goes), HOME, TMPDIR, process
+    marker and uid (None: the judge's own), the runner's log and the slot's eager-baseline cache."""
+
+    marker: str
+    folder: Path
+    home: Path
+    tmp: Path
+    uid: int | None
+    log: Path
+    cache: Path
+
+    @property
+    def kernel(self) -> Path:
+        return self.folder / "kernel.py"
+
+
+@dataclass
+class WarmRunner:
+    """A runner started before its evaluation (``runner --warm``) in that evaluation's own folders, uid
+    and CPUs; dispatched one evaluation through its stdin, then ended like any other."""
+
+    dirs: EvalDirs
+    proc: subprocess.Popen
+    report: RunnerReport
+    started: float  # time.monotonic() at its start
+    reader: threading.Thread | None = None
+    on_stage: Callable[[str], None] | None = None  # the evaluation's, once dispatched
+    dispatched_ns: int = 0
+
+    @property
+    def ready(self) -> bool:
+        return self.report.warm_ready
+
+    def stage(self, name: str) -> None:
+        if self.on_stage is not None:
+            self.on_stage(name)
+
+
 class SubprocessIsolation:
     """A fresh runner process per evaluation (see the module docstring)."""
 
     name = "subprocess"
 
     def __init__(self, work_root: Path, settings: GradeSettings, problems_root: Path | None = None,
-                 drop_privileges: bool | None = None, watch_imports: bool | None = None, watch_scope: str = "all"):
+                 drop_privileges: bool | None = None, watch_imports: bool | None = None, watch_scope: str = "all",
+                 pool: bool = False, pool_dsls: tuple[str, ...] = DSLS, pool_max_age_s: float = 3600.0):
+        self.pool, self.pool_dsls, self.pool_max_age_s = pool, tuple(pool_dsls), pool_max_age_s
+        self._warm: dict[int, WarmRunner] = {}  # each slot's warm runner (``idle``)
+        self._failures: dict[int, int] = {}
+        self._next_try: dict[int, float] = {}
+        self._pool_lock = threading.Lock()
+        self._closed = False
         self.work_root = Path(work_root)
         self.work_root.mkdir(parents=True, exist_ok=True)
         self.settings = settings
@@ -327,7 +409,8 @@ class SubprocessIsolation:
 
     def describe(self) -> dict[str, Any]:
         return {"drop_privileges": self.drop, "drop_refused": (self.drop_refused or "")[:200] or None,
-                "watch_imports": self.watch, "watched_roots": len(self.roots), "tainted": self.tainted[:5]}
+                "watch_imports": self.watch, "watched_roots": len(self.roots), "tainted": self.tainted[:5],
+                "pool": self.pool_state() if self.pool else None}
 
     def kill_all(self) -> list[int]:
         """End every process of every evaluation of this judge (at start and at shutdown)."""
@@ -358,22 +441,25 @@ class SubprocessIsolation:
             cmd += ["--problems-root", str(self.problems_root)]
         return cmd
 
-    def evaluate(self, req: EvalRequest, device: str, slot: int,
-                 on_stage: Callable[[str], None]) -> EvalOutcome:
-        if self.tainted:
-            res = failure(Status.INFRA_ERROR, req.problem, req.dsl,
-                          "the judge refuses to evaluate: an earlier submission changed installed files ("
-                          + ", ".join(self.tainted[:3]) + "); an operator must restore them")
-            return EvalOutcome(res.model_dump(mode="json"), charged=False)
-        marker = f"{self.instance}-{req.submission_id}-{secrets.token_hex(6)}"
-        folder = self.work_root / f"eval-{req.submission_id}-{marker[-6:]}"
+    def warm_command(self, device: str) -> list[str]:
+        """A runner started before its evaluation (``runner --warm``): the evaluation comes on its stdin."""
+        cmd = [sys.executable, "-m", "metakernelbench.verifier.judge.runner", "--warm", "--device", device,
+               "--warm-dsls", ",".join(self.pool_dsls), *self.settings.runner_flags()]
+        if self.problems_root:
+            cmd += ["--problems-root", str(self.problems_root)]
+        return cmd
+
+    # ---- one evaluation's folders and runner process ------------------------------------------------
+    def _new_dirs(self, slot: int, tag: str) -> EvalDirs:
+        """A fresh folder (the runner's cwd, where the kernel file goes), HOME, TMPDIR and marker, owned by
+        the slot's uid when evaluations drop privileges."""
+        marker = f"{self.instance}-{tag}-{secrets.token_hex(6)}"
+        folder = self.work_root / f"eval-{tag}-{marker[-6:]}"
         home = folder / "home"
         for d in (folder, home):
             d.mkdir(mode=0o700)
         # a short TMPDIR: multiprocessing puts unix sockets there, and their paths must stay under 108 bytes
         tmp = Path(tempfile.mkdtemp(prefix=f"mkb-{marker[-6:]}-", dir="/tmp" if os.path.isdir("/tmp") else None))
-        kernel = folder / "kernel.py"
-        kernel.write_bytes(req.source)
         uid = BASE_EVAL_UID + slot if self.drop else None
         # one eager-baseline cache per device slot, kept across evaluations; only the grader writes it
         # (the candidate's worker is confined to its scratch folder by landlock)
@@ -381,70 +467,107 @@ class SubprocessIsolation:
         cache.mkdir(parents=True, exist_ok=True, mode=0o700)
         if uid is not None:
             os.chmod(cache.parent, 0o711)
-            for path in (folder, home, tmp, kernel, cache):
+            for path in (folder, home, tmp, cache):
                 os.chown(path, uid, uid)
-        log = folder.parent / f"{folder.name}.log"
-        started_ns = time.time_ns()
-        try:
-            return self._run(req, device, kernel, folder, home, tmp, marker, uid, log, started_ns, on_stage, cache,
-                             slot)
-        finally:
-            kill_leftovers(marker, uid)
-            shutil.rmtree(folder, ignore_errors=True)
-            shutil.rmtree(tmp, ignore_errors=True)
-            log.unlink(missing_ok=True)
+        return EvalDirs(marker, folder, home, tmp, uid, folder.parent / f"{folder.name}.log", cache)
 
-    def _run(self, req, device, kernel, folder, home, tmp, marker, uid, log, started_ns, on_stage,
-             eager_cache: Path | None = None, slot: int = 0) -> EvalOutcome:
-        report = RunnerReport()
+    def _write_kernel(self, dirs: EvalDirs, source: bytes) -> None:
+        dirs.kernel.write_bytes(source)
+        if dirs.uid is not None:
+            os.chown(dirs.kernel, dirs.uid, dirs.uid)
+
+    @staticmethod
+    def _remove(dirs: EvalDirs) -> None:
+        """End every process of the evaluation and remove its folders."""
+        kill_leftovers(dirs.marker, dirs.uid)
+        shutil.rmtree(dirs.folder, ignore_errors=True)
+        shutil.rmtree(dirs.tmp, ignore_errors=True)
+        dirs.log.unlink(missing_ok=True)
+
+    def _popen(self, cmd: list[str], dirs: EvalDirs, slot: int, stdin: int) -> subprocess.Popen | str:
+        """Start a runner in ``dirs`` on the slot's CPUs; why not (a string) when it cannot start or be pinned."""
         extra: dict[str, Any] = {}
-        if uid is not None:
-            extra = {"user": uid, "group": uid, "extra_groups": []}
-        with open(log, "wb") as err:
+        if dirs.uid is not None:
+            extra = {"user": dirs.uid, "group": dirs.uid, "extra_groups": []}
+        with open(dirs.log, "wb") as err:
             try:
                 cpus = self.cpu_plan.cpus_for(slot) if self.cpu_plan else None
-                proc = subprocess.Popen(self.command(req, kernel, device), stdout=subprocess.PIPE, stderr=err,
-                                        stdin=subprocess.DEVNULL, cwd=folder,
-                                        env=_child_env(marker, home, tmp, eager_cache),
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=stdin, cwd=dirs.folder,
+                                        env=_child_env(dirs.marker, dirs.home, dirs.tmp, dirs.cache),
                                         start_new_session=True, **extra)
             except OSError as exc:
-                return outcome_without_result(req, report, f"cannot start the runner: {exc}")
-            if cpus:  # before the runner starts its workers (they inherit it); no preexec_fn in a threaded judge
-                try:
-                    os.sched_setaffinity(proc.pid, cpus)
-                except ProcessLookupError:
-                    pass  # it has already exited: its exit status tells what happened
-                except OSError as exc:  # unpinned, it could share cores with another slot's timing loop
-                    try:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    except (ProcessLookupError, PermissionError):
-                        proc.kill()
-                    proc.wait()
-                    return outcome_without_result(req, report, f"cannot pin the runner to CPUs "
-                                                                f"{cpu_list_text(cpus)}: {exc}")
-            reader = threading.Thread(target=lambda: [report.feed(line.decode(errors="replace"), on_stage)
-                                                      for line in proc.stdout], daemon=True)
-            reader.start()
-            deadline = time.monotonic() + self.settings.wall_limit_s
-            timed_out = stopped = False
-            while proc.poll() is None:
-                if time.monotonic() > deadline:
-                    timed_out = True
-                    break
+                return f"cannot start the runner: {exc}"
+        if cpus:  # before the runner starts its workers (they inherit it); no preexec_fn in a threaded judge
+            try:
+                os.sched_setaffinity(proc.pid, cpus)
+            except ProcessLookupError:
+                pass  # it has already exited: its exit status tells what happened
+            except OSError as exc:  # unpinned, it could share cores with another slot's timing loop
+                _kill_group(proc)
+                return f"cannot pin the runner to CPUs {cpu_list_text(cpus)}: {exc}"
+        return proc
+
+    @staticmethod
+    def _read_reports(proc: subprocess.Popen, report: RunnerReport,
+                      on_stage: Callable[[str], None]) -> threading.Thread:
+        reader = threading.Thread(target=lambda: [report.feed(line.decode(errors="replace"), on_stage)
+                                                  for line in proc.stdout], daemon=True)
+        reader.start()
+        return reader
+
+    # ---- evaluations ------------------------------------------------------------------------------
+    def evaluate(self, req: EvalRequest, device: str, slot: int,
+                 on_stage: Callable[[str], None]) -> EvalOutcome:
+        if self.tainted:
+            res = failure(Status.INFRA_ERROR, req.problem, req.dsl,
+                          "the judge refuses to evaluate: an earlier submission changed installed files ("
+                          + ", ".join(self.tainted[:3]) + "); an operator must restore them")
+            return EvalOutcome(res.model_dump(mode="json"), charged=False)
+        try:
+            return self._evaluate(req, device, slot, on_stage)
+        finally:
+            if self.pool:  # the next evaluation's runner starts now, after this one's processes are gone
+                self.idle(slot, device)
+
+    def _evaluate(self, req: EvalRequest, device: str, slot: int,
+                  on_stage: Callable[[str], None]) -> EvalOutcome:
+        warm = self._dispatch(req, slot, on_stage) if self.pool else None
+        if warm is not None:
+            dirs, proc, report, reader, started_ns = warm.dirs, warm.proc, warm.report, warm.reader, warm.dispatched_ns
+        else:
+            dirs, report = self._new_dirs(slot, str(req.submission_id)), RunnerReport()
+            self._write_kernel(dirs, req.source)
+            started_ns = time.time_ns()
+            proc = self._popen(self.command(req, dirs.kernel, device), dirs, slot, subprocess.DEVNULL)
+            if isinstance(proc, str):
+                self._remove(dirs)
+                return outcome_without_result(req, report, proc)
+            reader = self._read_reports(proc, report, on_stage)
+        try:
+            return self._watch(req, proc, report, reader, dirs, started_ns)
+        finally:
+            self._remove(dirs)
+
+    def _watch(self, req: EvalRequest, proc: subprocess.Popen, report: RunnerReport, reader: threading.Thread,
+               dirs: EvalDirs, started_ns: int) -> EvalOutcome:
+        """Wait for the runner within the wall limit, ending it when it stops or overruns; its verdict."""
+        deadline = time.monotonic() + self.settings.wall_limit_s
+        timed_out = stopped = False
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
+            if _proc_state(proc.pid) in ("T", "t"):
+                time.sleep(1.0)  # a stop long enough to notice twice is not a scheduling blip
                 if _proc_state(proc.pid) in ("T", "t"):
-                    time.sleep(1.0)  # a stop long enough to notice twice is not a scheduling blip
-                    if _proc_state(proc.pid) in ("T", "t"):
-                        stopped = True
-                        break
-                time.sleep(0.2)
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    proc.kill()
-                proc.wait()
-            reader.join(5)
-        tail = _tail(log)
+                    stopped = True
+                    break
+            if report.finished.wait(0.2):
+                break  # the verdict is in (its workers already ended): its interpreter's exit is not waited for
+        if proc.poll() is None:
+            _kill_group(proc)
+        reader.join(5)
+        tail = _tail(dirs.log)
         if self.watch:
             changed = changed_since(self.roots, started_ns)
             if changed:
@@ -460,6 +583,118 @@ class SubprocessIsolation:
         return outcome_without_result(req, report, f"exit status {code}", tail, timed_out=timed_out,
                                       stopped=stopped, signalled=-code if code and code < 0 and not timed_out
                                       and not stopped else None)
+
+    # ---- the pool of warm runners -----------------------------------------------------------------
+    @property
+    def warm_limit_s(self) -> float:
+        """How long a warm runner may take to be ready: its workers' start limit, plus its own imports."""
+        return self.settings.grade_config().start_timeout_s + 60.0
+
+    def _start_warm(self, slot: int, device: str) -> WarmRunner | None:
+        dirs = self._new_dirs(slot, f"warm{slot}")
+        proc = self._popen(self.warm_command(device), dirs, slot, subprocess.PIPE)
+        if isinstance(proc, str):
+            log.warning("slot %s: no warm runner: %s", slot, proc)
+            self._remove(dirs)
+            return None
+        warm = WarmRunner(dirs, proc, RunnerReport(), time.monotonic())
+        warm.reader = self._read_reports(proc, warm.report, warm.stage)
+        return warm
+
+    def _discard(self, warm: WarmRunner) -> None:
+        if warm.proc.poll() is None:
+            _kill_group(warm.proc)
+        self._remove(warm.dirs)
+        warm.reader.join(5)
+        if warm.proc.stdin:
+            try:
+                warm.proc.stdin.close()
+            except OSError:
+                pass
+
+    def idle(self, slot: int, device: str) -> None:
+        """Keep one warm runner for the slot (the judge's slot thread calls this whenever it has no work,
+        and after each evaluation): start one where there is none, replace one that died or was not
+        ready within ``warm_limit_s`` (after a pause that doubles with each such failure in a row), and
+        one older than ``pool_max_age_s`` (it grades with the code it imported when it started)."""
+        if not self.pool or self.tainted:
+            return
+        with self._pool_lock:
+            if self._closed:
+                return
+            warm, now = self._warm.get(slot), time.monotonic()
+            if warm is None:
+                if now >= self._next_try.get(slot, 0.0):
+                    started = self._start_warm(slot, device)
+                    if started is not None:
+                        self._warm[slot] = started
+                return
+            alive = warm.proc.poll() is None
+            if alive and warm.ready and now - warm.started < self.pool_max_age_s:
+                self._failures[slot] = 0
+                return
+            if alive and not warm.ready and now - warm.started < self.warm_limit_s:
+                return
+            del self._warm[slot]
+            if alive and warm.ready:  # idle for long: a fresh one (the files it imported may have changed)
+                why = f"waited {now - warm.started:.0f} s"
+            else:
+                why = "ended" if not alive else "was not ready in time"
+                self._failures[slot] = self._failures.get(slot, 0) + 1
+                self._next_try[slot] = now + min(300.0, 2.0 ** self._failures[slot])
+        log.log(logging.INFO if alive and warm.ready else logging.WARNING, "slot %s: warm runner %s %s; replaced",
+                slot, warm.proc.pid, why)
+        self._discard(warm)  # (its replacement starts at a later call: after this cleanup and any pause)
+
+    def _dispatch(self, req: EvalRequest, slot: int, on_stage: Callable[[str], None]) -> WarmRunner | None:
+        """Hand the evaluation to the slot's warm runner (ready or still starting): the kernel file into its
+        folder, then one line on its stdin. None when there is none that can take it (a cold start then)."""
+        with self._pool_lock:
+            warm = self._warm.pop(slot, None)
+        if warm is None:
+            return None
+        if warm.proc.poll() is not None or (not warm.ready and time.monotonic() - warm.started > self.warm_limit_s):
+            self._discard(warm)
+            return None
+        self._write_kernel(warm.dirs, req.source)
+        warm.on_stage = on_stage
+        warm.dispatched_ns = time.time_ns()
+        line = json.dumps({"problem": req.problem, "dsl": req.dsl, "kernel": str(warm.dirs.kernel)}) + "\n"
+        try:
+            assert warm.proc.stdin is not None
+            warm.proc.stdin.write(line.encode())
+            warm.proc.stdin.close()
+        except OSError:  # it ended meanwhile
+            self._discard(warm)
+            return None
+        return warm
+
+    def warm_runner(self, slot: int) -> WarmRunner | None:
+        """The slot's warm runner, if it has one now."""
+        with self._pool_lock:
+            return self._warm.get(slot)
+
+    def pool_state(self) -> dict[str, str]:
+        """Each slot's warm runner: ready, starting, or none."""
+        with self._pool_lock:
+            return {str(slot): ("ready" if w.ready else "starting") for slot, w in sorted(self._warm.items())}
+
+    def shutdown(self) -> list[int]:
+        """The judge stops: no more warm runners, and every process of every evaluation ended."""
+        with self._pool_lock:
+            self._closed = True
+            warm, self._warm = list(self._warm.values()), {}
+        for w in warm:
+            self._discard(w)
+        return self.kill_all()
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.wait()
 
 
 def _tail(path: Path, n: int = 4000) -> str:

@@ -66,6 +66,7 @@ class Scheduler:
                 return
             sub = self.store.claim(device)
             if sub is None:
+                self._idle(slot, device)
                 with self._cond:
                     self._cond.wait(timeout=1.0)
                 continue
@@ -80,6 +81,18 @@ class Scheduler:
                 self.store.finish(sub.id, res.model_dump(mode="json"), charged=False)
             finally:
                 self.busy[device] = None
+
+    def _idle(self, slot: int, device: str) -> None:
+        """Nothing queued for the slot: let the isolation prepare its next evaluation (``idle``: the
+        subprocess isolation's pool of warm runners). From this thread, which lives as long as the slot:
+        a runner started here dies with its parent thread (``runner._undumpable``)."""
+        idle = getattr(self.isolation, "idle", None)
+        if idle is None:
+            return
+        try:
+            idle(slot, device)
+        except Exception:  # noqa: BLE001 - a judge bug must not kill the slot
+            log.exception("slot %s: preparing the next evaluation failed", slot)
 
     def _evaluate(self, sub: Submission, slot: int, device: str) -> None:
         if sub.tries > MAX_TRIES:

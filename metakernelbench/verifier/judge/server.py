@@ -19,6 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from metakernelbench.contract import GRADER_IMAGES
 from metakernelbench.problems import PROBLEMS_DIR
 
 from .cpu_plan import host_plan
@@ -29,7 +30,7 @@ from .store import Store
 
 log = logging.getLogger("metakernelbench.judge")
 PR_SET_CHILD_SUBREAPER = 36
-DEFAULT_IMAGES = {"cutedsl": "metakernelbench/grader-cutedsl:0.1.0", "tirx": "metakernelbench/grader-tirx:0.1.0"}
+DEFAULT_IMAGES = GRADER_IMAGES  # the images `mkb build` writes (images/grader-<dsl>.Dockerfile)
 
 
 @dataclass
@@ -47,6 +48,7 @@ class JudgeConfig:
     images: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_IMAGES))
     drop_privileges: bool | None = None
     watch: str = "auto"  # auto | all | site | off: the import-root scan when evaluations cannot drop privileges
+    pool: bool = False  # subprocess isolation: keep one warm runner per device slot (``SubprocessIsolation.idle``)
     engine: str = "local"  # local: the devices of this host | ray: the device actors of a Ray cluster
     ray_address: str | None = "auto"
     ray_devices: int = 0  # with ray: wait (up to a minute) until the cluster offers this many devices
@@ -84,7 +86,7 @@ def make_isolation(config: JudgeConfig):
     watch = None if config.watch == "auto" else config.watch != "off"
     return SubprocessIsolation(config.state / "work", config.settings, config.problems_root,
                                drop_privileges=config.drop_privileges, watch_imports=watch,
-                               watch_scope="site" if config.watch == "site" else "all")
+                               watch_scope="site" if config.watch == "site" else "all", pool=config.pool)
 
 
 class RunningJudge:
@@ -138,7 +140,8 @@ class RunningJudge:
             self.scheduler.abandon()
         else:
             self.scheduler.abandon()  # what runs now is queued again at the next start
-            kill_all = getattr(self.isolation, "kill_all", None)
+            # every evaluation's processes, and the warm runners of the pool
+            kill_all = getattr(self.isolation, "shutdown", None) or getattr(self.isolation, "kill_all", None)
             if kill_all:
                 kill_all()
             self.scheduler.stop()

@@ -36,6 +36,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from metakernelbench.contract import ATTEMPT_MINUTES, DSL_PATTERN, SUBMISSIONS
 from metakernelbench.problems import PROBLEMS_DIR, problem_paths
 
 from ..report import render_report
@@ -48,9 +49,10 @@ from .store import FEEDBACK, FINAL, Attempt, Store, Submission, hash_token
 log = logging.getLogger("metakernelbench.judge")
 
 MAX_BODY_BYTES = 2 * MAX_KERNEL_BYTES + 64 * 1024
-DEFAULT_BUDGET = 10
-DEFAULT_MINUTES = 40.0
-TASK_RE = re.compile(r"^(?:[a-z0-9_-]+/)?(?P<problem>\d{2}_[a-z0-9_]+)_(?P<dsl>cutedsl|tirx)$")
+# an attempt's budget unless its registration says otherwise: the contract's, as the instructions state it
+DEFAULT_BUDGET = SUBMISSIONS
+DEFAULT_MINUTES = float(ATTEMPT_MINUTES)
+TASK_RE = re.compile(rf"^(?:[a-z0-9_-]+/)?(?P<problem>\d{{2}}_[a-z0-9_]+)_(?P<dsl>{DSL_PATTERN})$")
 
 
 class ApiError(Exception):

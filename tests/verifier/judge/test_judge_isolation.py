@@ -139,9 +139,10 @@ def test_files_written_into_import_roots_are_caught(tmp_path, monkeypatch):
 
 def test_evaluation_folders_are_removed(tmp_path):
     _, _, isolation = run(tmp_path, f"""
-        emit({{"stage": "grading"}}); print({RESULT!r}, flush=True)
+        emit({{"stage": "grading"}})
         open(os.path.join(os.environ["TMPDIR"], "x"), "w").write(os.environ["TMPDIR"])
         open({str(tmp_path / "tmpdir")!r}, "w").write(os.environ["TMPDIR"])
+        print({RESULT!r}, flush=True)
     """)
     assert list(isolation.work_root.iterdir()) == []
     tmpdir = (tmp_path / "tmpdir").read_text()
@@ -278,6 +279,15 @@ def test_a_runner_that_cannot_be_pinned_is_not_run_unpinned(tmp_path):
     out = isolation.evaluate(EvalRequest(7, PROBLEM, "tirx", b"x=1\n"), "cuda:0", 0, lambda s: None)
     assert out.result["status"] == "INFRA_ERROR" and not out.charged and "pin" in out.result["message"]
     assert time.monotonic() - started < 20
+
+
+def test_the_runner_is_ended_once_its_verdict_is_in(tmp_path):
+    """The judge does not wait for the runner's interpreter to exit after the result line (torch's teardown)."""
+    started = time.monotonic()
+    out, _, _ = run(tmp_path, f"""
+        emit({{"stage": "grading"}}); print({RESULT!r}, flush=True); time.sleep(30)
+    """)
+    assert out.result["status"] == "PASSED" and out.charged and time.monotonic() - started < 10
 
 
 def test_the_runner_gets_pci_order_device_numbering(tmp_path):

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import io
+import json
 from pathlib import Path
 
-from metakernelbench.verifier.judge.runner import _start_workers_early, parse_args
+import pytest
+
+from metakernelbench.verifier.judge.runner import _read_dispatch, _start_workers_early, parse_args
 from metakernelbench.verifier.launch import close_quietly
 
 HONEST = Path(__file__).resolve().parents[2] / "exploits" / "control_honest_28.py"
@@ -32,3 +36,19 @@ def test_no_early_start_without_a_device_or_with_a_rule_broken(tmp_path):
     assert _start_workers_early(args) is None  # the static rules refuse it: nothing starts
     missing = parse_args(["--problem", "28", "--dsl", "tirx", "--kernel", str(tmp_path / "no.py"), "--device", "cpu"])
     assert _start_workers_early(missing) is None
+
+
+def test_a_warm_runner_takes_its_evaluation_from_one_line_of_its_dispatch_channel():
+    """``runner --warm`` starts without a problem, DSL or kernel; one JSON line names them (``_read_dispatch``)."""
+    warm = parse_args(["--warm", "--device", "cpu", "--warm-dsls", "tirx"])
+    assert warm.warm and warm.problem is None and warm.warm_dsls == ["tirx"]
+    job = _read_dispatch(warm, io.StringIO(json.dumps({"problem": "28", "dsl": "tirx", "kernel": str(HONEST)}) + "\n"))
+    assert (job.problem, job.dsl, job.kernel, job.device, job.warm) == ("28", "tirx", str(HONEST), "cpu", True)
+    assert _read_dispatch(warm, io.StringIO("")) is None  # ended unused
+    for bad in ('{"problem": "28", "dsl": "triton", "kernel": "k.py"}', '["28"]', "not json"):
+        with pytest.raises(ValueError):
+            _read_dispatch(warm, io.StringIO(bad + "\n"))
+    with pytest.raises(SystemExit):
+        parse_args(["--warm"])  # a warm runner is started for one device slot
+    with pytest.raises(SystemExit):
+        parse_args(["--problem", "28", "--dsl", "tirx"])  # a cold one names its evaluation
