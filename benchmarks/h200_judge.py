@@ -5,7 +5,7 @@ so a host set up from scripts/offline-bundle.sh, which leaves it out, runs this 
 
     source benchmarks/h200_env.sh && python3 benchmarks/h200_judge.py --out judge.json
 
-It starts a judge locally (``python -m metakernelbench.verifier.judge serve``, subprocess
+It starts a judge locally (``python -m metakernelbench.judge serve``, subprocess
 isolation, one device), registers two attempts the way the no-Docker Harbor environment does, and
 runs the sandbox's own ``submit`` command for both at once: the TIRx pilot oracle of problem 28 on
 the TIRx task and the CuTe DSL one on the CuTe DSL task. Then the verifier's final-grade client
@@ -33,8 +33,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from metakernelbench.verifier.judge.client import JudgeClient  # noqa: E402
-from metakernelbench.verifier.judge.store import Store  # noqa: E402
+from metakernelbench.judge.client import JudgeClient  # noqa: E402
+from metakernelbench.judge.store import Store  # noqa: E402
 
 PROBLEM = "28_fused_add_rmsnorm_h4096_llama31_8b_bf16"
 ORACLES = {dsl: REPO / "oracles" / "mlp_norm" / f"{PROBLEM}_{dsl}.py" for dsl in ("tirx", "cutedsl")}
@@ -60,7 +60,7 @@ def _device_name(device: str) -> str:
 
 def start_judge(state: Path, device: str, extra: list[str]) -> tuple[subprocess.Popen, str]:
     sock = state.parent / "judge.sock"
-    cmd = [sys.executable, "-m", "metakernelbench.verifier.judge", "serve", "--state", str(state), "--unix", str(sock),
+    cmd = [sys.executable, "-m", "metakernelbench.judge", "serve", "--state", str(state), "--unix", str(sock),
            "--devices", device, "--isolation", "subprocess", *extra]
     log = open(state.parent / "judge.log", "wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
@@ -80,7 +80,7 @@ def sandbox_submit(url: str, token: str, task: str, kernel: Path, out: dict) -> 
     """Exactly what `submit` does in a sandbox: the same module, configured by the same variables."""
     env = {**os.environ, "MKB_JUDGE_URL": url, "MKB_JUDGE_TOKEN": token, "MKB_TASK": task}
     started = time.time()
-    done = subprocess.run([sys.executable, "-m", "metakernelbench.verifier.judge.submit", str(kernel), "--json"],
+    done = subprocess.run([sys.executable, "-m", "metakernelbench.judge.submit", str(kernel), "--json"],
                           env=env, capture_output=True, text=True, timeout=3600)
     out.update(client_wall_s=time.time() - started, exit_code=done.returncode, stderr_tail=done.stderr[-2000:])
     lines = done.stdout.strip()
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         final_out = work / "final"
         env = {**os.environ, "MKB_JUDGE_URL": url, "MKB_JUDGE_TOKEN": final_token}
         started = time.time()
-        done = subprocess.run([sys.executable, "-m", "metakernelbench.verifier.judge.final", "--task",
+        done = subprocess.run([sys.executable, "-m", "metakernelbench.judge.final", "--task",
                                f"metakernelbench/{PROBLEM}_tirx", "--kernel", str(ORACLES["tirx"]), "--out",
                                str(final_out), "--timeout", "3000"], env=env, capture_output=True, text=True)
         record["final"] = {"client_wall_s": time.time() - started, "exit_code": done.returncode,

@@ -5,7 +5,7 @@
 
 For each oracle file under ``oracles/<family>/`` (or those ``--only`` names: a task name, ``NN``,
 ``NN_dsl`` or a family): a local judge (subprocess isolation, as the no-Docker mode runs it) is sent
-the file by ``metakernelbench.verifier.judge.final`` -- the module the task's ``tests/test.sh`` runs
+the file by ``metakernelbench.judge.final`` -- the module the task's ``tests/test.sh`` runs
 in Harbor's verifier phase -- with a final-scope token, and the resulting ``grade.json`` and
 ``reward.json`` give status, kernel_ms, eager_ms and speedup; ``grading_s`` is that client's wall
 time. The DSL share is the grader's own (``provenance.dsl_share``: one profiled call inside the
@@ -70,7 +70,7 @@ def final_grade(url: str, token: str, task: str, kernel: Path, timeout_s: float)
     out = Path(tempfile.mkdtemp(prefix="mkb-oracle-final-"))
     env = {**os.environ, "MKB_JUDGE_URL": url, "MKB_JUDGE_TOKEN": token}
     started = time.time()
-    subprocess.run([sys.executable, "-m", "metakernelbench.verifier.judge.final", "--task", f"metakernelbench/{task}",
+    subprocess.run([sys.executable, "-m", "metakernelbench.judge.final", "--task", f"metakernelbench/{task}",
                     "--kernel", str(kernel), "--out", str(out), "--timeout", str(timeout_s)],
                    env=env, capture_output=True, text=True, timeout=timeout_s + 60)
     wall = time.time() - started
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     work.chmod(0o711)  # the judge drops each evaluation to its own uid: it must traverse to its folder
     state = work / "state"
     proc, url = start_judge(state, args.device, shlex.split(args.judge_args))
-    from metakernelbench.verifier.judge.client import JudgeClient
+    from metakernelbench.judge.client import JudgeClient
 
     admin = JudgeClient(url, (state / "admin.token").read_text().strip())
     try:

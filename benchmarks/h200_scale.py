@@ -49,7 +49,7 @@ def run_n(devices: list[str], kernels: dict[str, Path], gradings: int, judge_arg
     work = Path(tempfile.mkdtemp(prefix="mkb-h200-scale-"))
     work.chmod(0o711)  # the judge drops each evaluation to its own uid: it must traverse to its folder
     proc, url = start_judge(work / "state", ",".join(devices), judge_args)
-    from metakernelbench.verifier.judge.client import JudgeClient
+    from metakernelbench.judge.client import JudgeClient
 
     try:
         admin = JudgeClient(url, (work / "state" / "admin.token").read_text().strip())

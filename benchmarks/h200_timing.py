@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         work.chmod(0o711)
         state = work / "state"
         proc, url = start_judge(state, args.device, [])
-        from metakernelbench.verifier.judge.client import JudgeClient
+        from metakernelbench.judge.client import JudgeClient
 
         judge = (proc, url, JudgeClient(url, (state / "admin.token").read_text().strip()), work)
 

@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from h200_judge import _device_name, _git_commit, start_judge  # noqa: E402
 
-from metakernelbench.verifier.judge.client import JudgeClient  # noqa: E402
+from metakernelbench.judge.client import JudgeClient  # noqa: E402
 
 TASK = "metakernelbench/28_fused_add_rmsnorm_h4096_llama31_8b_bf16_tirx"
 HONEST = REPO / "tests" / "exploits" / "control_honest_28.py"

@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from h200_judge import _device_name, _git_commit, start_judge  # noqa: E402
 
-from metakernelbench.verifier.judge.client import JudgeClient  # noqa: E402
+from metakernelbench.judge.client import JudgeClient  # noqa: E402
 
 PROBLEM = "28_fused_add_rmsnorm_h4096_llama31_8b_bf16"
 ORACLE = REPO / "oracles" / "mlp_norm" / f"{PROBLEM}_tirx.py"

@@ -30,7 +30,7 @@ def _root() -> None:
 OPTIONAL_DEPENDENCIES = ("harbor", "docker", "matplotlib")
 _PARTS: dict[str, str | None] = {
     "metakernelbench.verifier.cli": None,
-    "metakernelbench.verifier.judge.cli": None,
+    "metakernelbench.judge.cli": None,
     "metakernelbench.adapters.cli": None,
     "metakernelbench.skill_transfer.cli": "harbor",
 }

@@ -1,7 +1,7 @@
 """The grading contract in one place: the names, numbers and tables that more than one part reads.
 
 What an agent is told (``adapters``: ``instruction.md``, ``tests/grading.json``, each task's README),
-what the grader does (``verifier``) and what the judge runs (``verifier.judge``) must never disagree,
+what the grader does (``verifier``) and what the judge runs (``judge``) must never disagree,
 so every figure they share is defined here once and imported from here (design.md §4):
 
 - the two DSLs (``DslName``, ``DSLS``) and the package each one's kernels import (``DSL_PACKAGES``);
@@ -18,7 +18,7 @@ runner (before it imports torch) read it. ``verifier.result``, ``verifier.launch
 ``verifier.grader`` re-export what they used to define (``Status``, ``SPEEDUP_CAP``, ``GradeConfig``,
 ``Verdict``), so their old import paths keep working.
 
-Files shipped verbatim into each task's sandbox (``verifier/rules.py``, ``verifier/judge/check.py``,
+Files shipped verbatim into each task's sandbox (``verifier/rules.py``, ``judge/check.py``,
 the judge client) must run there without this module, so they keep their own literals; tests hold
 them to the ones here (``tests/test_contract.py``).
 """

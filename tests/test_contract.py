@@ -21,7 +21,7 @@ from metakernelbench.contract import DSLS, Enforcer, GradeConfig, Status
 def test_it_imports_without_torch_or_pydantic():
     """The adapters, ``mkb grade --help`` and the judge's runner before torch read it."""
     code = ("import sys, metakernelbench.contract as c; c.forbidden_imports(); "
-            "import metakernelbench.verifier.judge.runner; "
+            "import metakernelbench.judge.runner; "
             "print(sorted(m for m in ('torch', 'pydantic', 'numpy') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
@@ -49,9 +49,9 @@ def test_the_problem_format_defaults_to_the_contracts_tolerance():
 def test_every_list_of_the_dsls_is_the_contracts():
     from metakernelbench.adapters import dsl_docs
     from metakernelbench.adapters.dsl import DSLS as VARIANTS
+    from metakernelbench.judge import check
     from metakernelbench.skill_transfer import models, submission
     from metakernelbench.verifier import controls, hooks
-    from metakernelbench.verifier.judge import check
 
     assert DSLS == tuple(d.value for d in contract.DslName) == ("cutedsl", "tirx")
     assert tuple(VARIANTS) == DSLS and all(VARIANTS[d].other.key == contract.other_dsl(d) for d in DSLS)
@@ -90,8 +90,8 @@ def test_the_statuses_are_the_contracts():
 
 def test_the_judges_settings_are_gradeconfig_overrides():
     """serve's settings -> the runner's flags -> the runner's GradeConfig, one mapping all the way."""
-    from metakernelbench.verifier.judge.isolation import GradeSettings
-    from metakernelbench.verifier.judge.runner import CONFIG_FLAGS, _overrides, parse_args
+    from metakernelbench.judge.isolation import GradeSettings
+    from metakernelbench.judge.runner import CONFIG_FLAGS, _overrides, parse_args
 
     fields = {f.name for f in dataclasses.fields(GradeConfig)}
     assert set(CONFIG_FLAGS) <= fields

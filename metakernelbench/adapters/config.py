@@ -66,7 +66,7 @@ COMMON_PINS = (
     "setuptools==80.9.0",
 )
 
-# The judge (verifier/judge): its image, the per-DSL grader images it starts one container of per
+# The judge (metakernelbench/judge): its image, the per-DSL grader images it starts one container of per
 # evaluation, and the Docker network and volume that connect trials to it (images/judge-compose.yaml).
 JUDGE_IMAGE = "metakernelbench/judge:0.1.0"
 GRADER_IMAGES = contract.GRADER_IMAGES

@@ -18,7 +18,7 @@ Layout of a task (``tasks/<NN>_<slug>_<dsl>/``)::
                     client): the separate verifier container, which asks the judge for the grade
     solution/       solve.sh (+ kernel.py when an oracle exists)
 
-The grader itself runs in the judge (``verifier/judge``), in the per-DSL grader images rendered by
+The grader itself runs in the judge (``metakernelbench.judge``), in the per-DSL grader images rendered by
 ``image_files`` into ``images/`` together with the judge's own image and compose file.
 
 The judge client (``client.py``) is in a task twice on purpose: ``environment/`` builds the image the
@@ -36,6 +36,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import metakernelbench
+import metakernelbench.judge
 import metakernelbench.verifier
 from metakernelbench.problem_kit import CAPTURED_SUFFIX
 from metakernelbench.problems import Problem, oracle_file
@@ -186,14 +187,13 @@ def _base_image(dsl: Dsl, task: str, role: str) -> str:
 
 def _judge_client(prefix: str, modules: tuple[str, ...]) -> dict[str, TaskFile]:
     """The judge client modules, at their package paths under ``prefix`` (no grader code)."""
-    judge = Path(metakernelbench.verifier.__file__).parent / "judge"
+    judge = Path(metakernelbench.judge.__file__).parent
     files = {
         f"{prefix}/metakernelbench/__init__.py": TaskFile.text(_PKG_DOC),
-        f"{prefix}/metakernelbench/verifier/__init__.py": TaskFile.text(_PKG_DOC),
-        f"{prefix}/metakernelbench/verifier/judge/__init__.py": TaskFile.text(_PKG_DOC),
+        f"{prefix}/metakernelbench/judge/__init__.py": TaskFile.text(_PKG_DOC),
     }
     for name in modules:
-        files[f"{prefix}/metakernelbench/verifier/judge/{name}"] = TaskFile((judge / name).read_bytes())
+        files[f"{prefix}/metakernelbench/judge/{name}"] = TaskFile((judge / name).read_bytes())
     return files
 
 
@@ -228,6 +228,7 @@ def _sandbox_files(problem: Problem, dsl: Dsl, task: str) -> dict[str, TaskFile]
     files |= _judge_client("environment", SANDBOX_CLIENT)
     # the static rules as the judge applies them (standard library only; they hold no secret)
     rules = Path(metakernelbench.verifier.__file__).parent / "rules.py"
+    files["environment/metakernelbench/verifier/__init__.py"] = TaskFile.text(_PKG_DOC)
     files["environment/metakernelbench/verifier/rules.py"] = TaskFile(rules.read_bytes())
     files["environment/metakernelbench/__init__.py"] = TaskFile.text(
         '"""The part of MetaKernelBench that problem files import, and the `submit` client; the grader is not here."""'
