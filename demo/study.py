@@ -36,7 +36,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from metakernelbench.judge.local_env import _unshare_problem, stop_judge
+from metakernelbench.harbor_env import _unshare_problem, stop_judge
 from metakernelbench.problems import find_problem, oracle_file
 
 from .scripted_model import ModelConfig, serve_in_thread
@@ -44,7 +44,7 @@ from .scripted_model import ModelConfig, serve_in_thread
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 MODEL = "openai/mkb-scripted"
-LOCAL_ENV = "metakernelbench.judge.local_env:LocalEnvironment"
+LOCAL_ENV = "metakernelbench.harbor_env:LocalEnvironment"
 # the judge grades on the CPU at the small workloads, with fewer draws and timed calls (minutes, not hours)
 JUDGE_ARGS = "--devices cpu --small --draws 2 --warmup 2 --timed 5 --rechecks 1 --watch site"
 # on a GPU host: the graded workloads and the grader's default counts, on the first GPU

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from metakernelbench.judge.local_env import _unshare_problem
+from metakernelbench.harbor_env import _unshare_problem
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))

@@ -94,7 +94,7 @@ class ScriptedAgent(BaseAgent):
         """Stop the judge and start it again, as an operator would, between two submissions."""
         import asyncio
 
-        from metakernelbench.judge.local_env import ensure_judge, stop_judge
+        from metakernelbench.harbor_env import ensure_judge, stop_judge
 
         state = Path(os.environ["MKB_E2E_JUDGE_STATE"])
         stopped = await asyncio.to_thread(stop_judge, state)

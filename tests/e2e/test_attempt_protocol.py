@@ -1,7 +1,7 @@
 """End to end on the CPU: a plain ``harbor run`` of two real tasks in the no-Docker mode.
 
 ``harbor run -p tasks -i 28_..._tirx -i 25_..._tirx -n 2 -a scripted_agent:ScriptedAgent
--e metakernelbench.judge.local_env:LocalEnvironment``, with a judge that grades the TIRx
+-e metakernelbench.harbor_env:LocalEnvironment``, with a judge that grades the TIRx
 ``llvm`` fixtures on the CPU at the small workloads (fewer timed calls, to keep it to minutes). The
 two trials run at once and share the judge. Asserted: the reports (status, mismatch and allowance,
 speedup, submissions and minutes left), that a parse error and a missing file are not charged, the
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from metakernelbench.judge.local_env import _unshare_problem, stop_judge
+from metakernelbench.harbor_env import _unshare_problem, stop_judge
 from metakernelbench.judge.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ def job(tmp_path_factory):
            "MKB_E2E_JUDGE_STATE": str(state), "MKB_E2E_JUDGE_ARGS": JUDGE_ARGS}
     cmd = [str(HARBOR), "run", "-p", str(REPO / "tasks"), "-i", T28, "-i", T25, "-n", "2",
            "-a", "scripted_agent:ScriptedAgent",
-           "-e", "metakernelbench.judge.local_env:LocalEnvironment",
+           "-e", "metakernelbench.harbor_env:LocalEnvironment",
            "--ek", f"judge_state={state}", "--ek", f"judge_args={JUDGE_ARGS}",
            "-o", str(root / "jobs"), "--job-name", "e2e", "-y"]
     try:

@@ -1,6 +1,6 @@
 """The no-Docker mode: a Harbor environment that runs a task's sandbox as local processes.
 
-``harbor run -p tasks -e metakernelbench.judge.local_env:LocalEnvironment ...`` works where
+``harbor run -p tasks -e metakernelbench.harbor_env:LocalEnvironment ...`` works where
 there is no Docker engine (the development machines, CI, the GPU machine). The host's Python
 environment stands in for the image (it must have torch and the DSLs, as ``scripts/setup-dev.sh``
 installs them); the task's files are laid out the way its Dockerfile's ``COPY`` lines say.
@@ -23,6 +23,11 @@ Options (``--ek key=value``): ``judge_state`` (default ``$MKB_JUDGE_STATE`` or
 ``~/.cache/metakernelbench/judge``), ``judge_args`` (extra ``serve`` arguments when it starts the
 judge, e.g. ``"--devices cpu --small"``; default ``--devices cuda:0``), ``hide`` (extra
 colon-separated host paths to hide).
+
+This module is Harbor's side of the no-Docker mode, so it sits beside the judge rather than in it:
+it imports Harbor, which the judge's hosts and images do not install (a GPU machine runs the judge
+alone), and it reaches the judge only as a client (``judge.client``) and as a process it starts.
+``metakernelbench.judge`` and ``metakernelbench.verifier`` therefore import no Harbor.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from pathlib import Path
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities
 
-from .client import JudgeClient, JudgeUnavailable
+from metakernelbench.judge.client import JudgeClient, JudgeUnavailable
 
 # /tmp last: the other mounts' host sources may live under the host's /tmp
 # /opt/mkb-local holds the trial's `submit` command (bin/) and its HOME (home/).

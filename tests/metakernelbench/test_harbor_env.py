@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from metakernelbench.judge.local_env import _git_dirs_of_worktree
+from metakernelbench.harbor_env import _git_dirs_of_worktree
 
 
 def test_a_worktree_hides_its_git_folder_and_the_main_checkouts(tmp_path):
