@@ -41,12 +41,12 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 def draw_mismatch_in_stages(problem, solve, workload: dict, seed: int, device, stats: bool = False,
                             planner=None):
-    """The grader's comparison of one draw (``verifier.selfcheck.draw_mismatch``): the reference, the
+    """The grader's comparison of one draw (``testing.selfcheck.draw_mismatch``): the reference, the
     float64 anchor and the kernel in stages, each stage's draw freed before the next, placed by the
     grade's memory plan (``planner``, ``verifier.memory``: the anchor, the comparison and the expected
     values leave the GPU as a final grade's would), so a check holds no more of the GPU than a final
     grade of the task. Returns (mismatch or None, error statistics per floating output when ``stats``)."""
-    from metakernelbench.verifier.selfcheck import draw_mismatch
+    from metakernelbench.testing.selfcheck import draw_mismatch
 
     kept: dict = {}
     mismatch = draw_mismatch(problem, solve, workload, seed, device, planner, kept if stats else None)
@@ -114,8 +114,8 @@ def one(task: str, kernel: Path, device: str, small_only: bool, stats: bool = Fa
     from independent_loop import load
 
     from metakernelbench.problems import find_problem
+    from metakernelbench.testing.selfcheck import standard_draws
     from metakernelbench.verifier import memory
-    from metakernelbench.verifier.selfcheck import standard_draws
 
     started = time.time()
     out: dict = {"task": task, "kernel": str(kernel), "ok": False, "draws": []}

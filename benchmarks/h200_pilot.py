@@ -28,7 +28,7 @@ import torch
 
 from metakernelbench.contract import DSLS
 from metakernelbench.problems import REPO_ROOT, find_problem, oracle_file, oracle_files
-from metakernelbench.verifier.controls import EXPECTED, write_controls
+from metakernelbench.testing.controls import EXPECTED, write_controls
 from metakernelbench.verifier.grader import GradeConfig, grade
 
 PILOTS = ("02", "25", "28", "49", "60", "66")

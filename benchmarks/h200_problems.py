@@ -47,7 +47,7 @@ import torch
 
 from metakernelbench.problem_kit import anchor_mode
 from metakernelbench.problems import REPO_ROOT, load_problem, problem_paths
-from metakernelbench.verifier.controls import skip_last_tile
+from metakernelbench.testing.controls import skip_last_tile
 from metakernelbench.verifier.correctness import check_draw
 from metakernelbench.verifier.device import DeviceTools
 from metakernelbench.verifier.floor import floor_ms

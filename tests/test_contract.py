@@ -51,7 +51,8 @@ def test_every_list_of_the_dsls_is_the_contracts():
     from metakernelbench.adapters.dsl import DSLS as VARIANTS
     from metakernelbench.judge import check
     from metakernelbench.skill_transfer import models, submission
-    from metakernelbench.verifier import controls, hooks
+    from metakernelbench.testing import controls
+    from metakernelbench.verifier import hooks
 
     assert DSLS == tuple(d.value for d in contract.DslName) == ("cutedsl", "tirx")
     assert tuple(VARIANTS) == DSLS and all(VARIANTS[d].other.key == contract.other_dsl(d) for d in DSLS)

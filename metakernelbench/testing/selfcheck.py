@@ -17,12 +17,11 @@ from collections.abc import Callable
 import torch
 
 from metakernelbench.problems import Problem
-
-from . import memory
-from .correctness import check_draw
-from .expected import anchor_values, reference_values
-from .result import Mismatch
-from .tensors import snapshot_graded
+from metakernelbench.verifier import memory
+from metakernelbench.verifier.correctness import check_draw
+from metakernelbench.verifier.expected import anchor_values, reference_values
+from metakernelbench.verifier.result import Mismatch
+from metakernelbench.verifier.tensors import snapshot_graded
 
 
 def draw_mismatch(problem: Problem, solve: Callable, workload: dict, seed: int, device: torch.device,

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from metakernelbench.problems import find_problem
-from metakernelbench.verifier.selfcheck import draw_mismatch, standard_draws
+from metakernelbench.testing.selfcheck import draw_mismatch, standard_draws
 
 KERNEL = Path(__file__).resolve().parents[1] / "fixtures" / "kernels" / "rmsnorm_tirx_llvm.py"
 

@@ -8,7 +8,7 @@ each control must get its expected status, which also proves the grader reaches 
 import pytest
 
 from metakernelbench.problems import find_problem
-from metakernelbench.verifier.controls import CONTROLS, EXPECTED, applies, control_source
+from metakernelbench.testing.controls import CONTROLS, EXPECTED, applies, control_source
 from metakernelbench.verifier.grader import GradeConfig, grade
 
 FAST = GradeConfig(correctness_draws=2, warmup=2, timed=4, rechecks=2)
