@@ -33,7 +33,7 @@ from typing import Any
 from metakernelbench.problems import PROBLEMS_DIR, REPO_ROOT
 from metakernelbench.verifier.result import Status, failure
 
-from .cpu_plan import host_plan
+from .cpu_plan import CpuPlan, host_plan
 from .isolation import EvalOutcome, EvalRequest, GradeSettings, SubprocessIsolation
 
 log = logging.getLogger("metakernelbench.judge")
@@ -169,9 +169,18 @@ class RayIsolation:
         self.dead: set[str] = set()
         log.info("Ray engine: %d device actors: %s", len(self.actors), ", ".join(self.actors))
 
+    cpu_plan: CpuPlan | None = None  # each actor plans its own host's CPUs (``DeviceGrader``)
+
     @property
     def devices(self) -> list[str]:
         return list(self.actors)
+
+    def device_slots(self, configured: list[str]) -> list[str]:
+        """The cluster's device actors, whatever ``--devices`` said."""
+        return self.devices
+
+    def idle(self, slot: int, device: str) -> None:
+        """Nothing to prepare here: each actor's runner starts per evaluation on its host."""
 
     def available(self, device: str) -> bool:
         """Whether the device's actor is still there (the scheduler stops claiming work for a lost one)."""
@@ -205,6 +214,9 @@ class RayIsolation:
             res = failure(Status.INFRA_ERROR, req.problem, req.dsl,
                           f"the grading host of {device} was lost during the evaluation; grade again")
             return EvalOutcome(res.model_dump(mode="json"), charged=False)
+
+    def shutdown(self) -> list[int]:
+        return self.kill_all()
 
     def kill_all(self) -> list[int]:
         import ray

@@ -118,10 +118,38 @@ class EvalOutcome:
 
 
 class Isolation(Protocol):
+    """Everything the judge asks of an isolation backend (``SubprocessIsolation``, ``DockerIsolation``,
+    ``engine_ray.RayIsolation``): the server, the scheduler and the health answer use these members and
+    no others, so a backend is whatever implements them all."""
+
     name: str
+    # each device slot's own CPUs: set by the judge (``cpu_plan.host_plan``) for a backend that grades on
+    # the judge's host; None where the backend places evaluations itself (Ray's actors plan their hosts')
+    cpu_plan: CpuPlan | None
+
+    def device_slots(self, configured: list[str]) -> list[str]:
+        """The devices the judge schedules, one slot each: ``configured`` (its ``--devices``) where the
+        evaluations run on this host, the backend's own where it finds them (a Ray cluster's actors)."""
+        ...
 
     def evaluate(self, req: EvalRequest, device: str, slot: int,
                  on_stage: Callable[[str], None]) -> EvalOutcome: ...
+
+    def available(self, device: str) -> bool:
+        """Whether ``device`` can still take work (False: its slot claims no more)."""
+        ...
+
+    def idle(self, slot: int, device: str) -> None:
+        """The slot has nothing queued: prepare its next evaluation, if the backend does that."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """The backend's state for the judge's health answer (JSON)."""
+        ...
+
+    def shutdown(self) -> list[int]:
+        """The judge stops: end every process of every evaluation; the pids ended."""
+        ...
 
 
 @dataclass
@@ -406,6 +434,12 @@ class SubprocessIsolation:
 
         self.instance = hashlib.sha256(str(self.work_root.resolve()).encode()).hexdigest()[:10]
         self.kill_all()
+
+    def device_slots(self, configured: list[str]) -> list[str]:
+        return list(configured)
+
+    def available(self, device: str) -> bool:
+        return True
 
     def describe(self) -> dict[str, Any]:
         return {"drop_privileges": self.drop, "drop_refused": (self.drop_refused or "")[:200] or None,
@@ -717,8 +751,21 @@ class DockerIsolation:
         self.mem_limit, self.pids_limit, self.user, self.uid = mem_limit, pids_limit, user, uid
         self.problems_root = problems_root
 
+    def device_slots(self, configured: list[str]) -> list[str]:
+        return list(configured)
+
+    def available(self, device: str) -> bool:
+        return True
+
+    def idle(self, slot: int, device: str) -> None:
+        """Nothing to prepare: every evaluation starts a fresh container."""
+
     def describe(self) -> dict[str, Any]:
         return {"images": self.images, "user": self.user, "mem_limit": self.mem_limit}
+
+    def shutdown(self) -> list[int]:
+        """Nothing outlives its evaluation: each container is removed when its evaluation ends."""
+        return []
 
     cpu_plan: CpuPlan | None = None  # each device slot's own CPUs (set by the judge: cpu_plan.host_plan)
 

@@ -60,9 +60,8 @@ class Scheduler:
     _abandoned = False
 
     def _loop(self, slot: int, device: str) -> None:
-        available = getattr(self.isolation, "available", None)  # a remote device can be lost (engine_ray)
         while not self._stop.is_set():
-            if available is not None and not available(device):
+            if not self.isolation.available(device):  # a remote device can be lost (engine_ray)
                 log.error("device %s is gone: its slot claims no more work", device)
                 return
             sub = self.store.claim(device)
@@ -87,11 +86,8 @@ class Scheduler:
         """Nothing queued for the slot: let the isolation prepare its next evaluation (``idle``: the
         subprocess isolation's pool of warm runners). From this thread, which lives as long as the slot:
         a runner started here dies with its parent thread (``runner._undumpable``)."""
-        idle = getattr(self.isolation, "idle", None)
-        if idle is None:
-            return
         try:
-            idle(slot, device)
+            self.isolation.idle(slot, device)
         except Exception:  # noqa: BLE001 - a judge bug must not kill the slot
             log.exception("slot %s: preparing the next evaluation failed", slot)
 

@@ -23,7 +23,7 @@ from metakernelbench.contract import GRADER_IMAGES
 from metakernelbench.problems import PROBLEMS_DIR
 
 from .cpu_plan import host_plan
-from .isolation import DockerIsolation, GradeSettings, SubprocessIsolation, docker_client
+from .isolation import DockerIsolation, GradeSettings, Isolation, SubprocessIsolation, docker_client
 from .queue import Scheduler
 from .service import DEFAULT_BUDGET, DEFAULT_MINUTES, Judge, serve_http
 from .store import Store
@@ -68,7 +68,7 @@ def read_or_create_token(path: Path, prefix: str, mode: int = 0o600) -> str:
     return token
 
 
-def make_isolation(config: JudgeConfig):
+def make_isolation(config: JudgeConfig) -> Isolation:
     if config.engine == "ray":
         from .engine_ray import RayIsolation, wait_for_devices
 
@@ -106,15 +106,14 @@ class RunningJudge:
         if requeued:
             log.warning("queued again after a restart: submissions %s", requeued)
         self.isolation = make_isolation(config)
+        config.devices = self.isolation.device_slots(config.devices)
         if config.engine == "ray":  # each device actor planned its host's CPUs itself
-            config.devices = self.isolation.devices
             self.cpu_plan = None
         else:
-            self.cpu_plan = host_plan(config.devices, honour_visible=getattr(self.isolation, "name", "") != "docker")
+            self.cpu_plan = host_plan(config.devices, honour_visible=self.isolation.name != "docker")
             if self.cpu_plan.shared:
                 log.warning("CPU plan: %s", self.cpu_plan.note)
-            if hasattr(self.isolation, "cpu_plan"):
-                self.isolation.cpu_plan = self.cpu_plan
+            self.isolation.cpu_plan = self.cpu_plan
         self.scheduler = Scheduler(self.store, self.isolation, config.devices)
         self.judge = Judge(self.store, self.scheduler, config.problems_root, config.budget, config.minutes)
         self.servers = serve_http(self.judge, config.listen, config.unix)
@@ -140,10 +139,7 @@ class RunningJudge:
             self.scheduler.abandon()
         else:
             self.scheduler.abandon()  # what runs now is queued again at the next start
-            # every evaluation's processes, and the warm runners of the pool
-            kill_all = getattr(self.isolation, "shutdown", None) or getattr(self.isolation, "kill_all", None)
-            if kill_all:
-                kill_all()
+            self.isolation.shutdown()  # every evaluation's processes, and the warm runners of the pool
             self.scheduler.stop()
         self.store.close()
 

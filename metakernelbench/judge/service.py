@@ -300,10 +300,10 @@ class Judge:
         return text
 
     def health(self) -> dict:
-        plan = getattr(self.scheduler.isolation, "cpu_plan", None)  # each device slot's CPUs (cpu_plan)
+        plan = self.scheduler.isolation.cpu_plan  # each device slot's CPUs (cpu_plan)
         return {"ok": True, "service": "metakernelbench-judge", "devices": self.scheduler.devices,
                 "isolation": self.scheduler.isolation.name,
-                "isolation_details": getattr(self.scheduler.isolation, "describe", dict)(),
+                "isolation_details": self.scheduler.isolation.describe(),
                 "cpu_plan": plan.model_dump(mode="json") if plan is not None else None,
                 "queue": self.store.counts(),
                 "busy": {d: s for d, s in self.scheduler.busy.items()}, "uptime_s": time.time() - self.started_at}

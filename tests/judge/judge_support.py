@@ -25,6 +25,7 @@ class FakeIsolation:
     """Sleeps ``seconds`` per evaluation; the kernel source picks the verdict (b"INFRA", b"FAIL", else PASSED)."""
 
     name = "fake"
+    cpu_plan = None
 
     def __init__(self, seconds: float = 0.3):
         self.seconds = seconds
@@ -50,6 +51,21 @@ class FakeIsolation:
             res = failure(Status.INCORRECT, req.problem, req.dsl, "fake mismatch")
             return EvalOutcome(res.model_dump(mode="json"), charged=True)
         return EvalOutcome(passed(req.problem, req.dsl), charged=True)
+
+    def device_slots(self, configured: list[str]) -> list[str]:
+        return list(configured)
+
+    def available(self, device: str) -> bool:
+        return True
+
+    def idle(self, slot: int, device: str) -> None:
+        pass
+
+    def describe(self) -> dict:
+        return {}
+
+    def shutdown(self) -> list[int]:
+        return []
 
 
 def fake_judge(state: Path, isolation: FakeIsolation, devices=("cpu",), budget: int = 10) -> RunningJudge:
