@@ -53,7 +53,7 @@ def _enter_layers(layers: str, kernel: str, problem_file: str, dsl: str | None) 
     allow = not layers.endswith("_noallow")
     layers = "worker" if layers == "replica" else layers
     if layers.startswith("seccomp"):
-        libc = sandbox._libc()
+        libc = sandbox.load_libc()
         libc.prctl(sandbox.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         sandbox.install_seccomp(libc, spec_allow=allow)
         return
@@ -168,12 +168,12 @@ def gradings(args, problem_file: str, kernel: str) -> list[dict]:
 class Runner:
     def __init__(self, problem_file: str, kernel: str, device: str, layers: str = "bare", dsl: str | None = None):
         env = None
-        if layers.endswith("+env"):  # the candidate worker's environment (launch._scrubbed_env)
+        if layers.endswith("+env"):  # the candidate worker's environment (launch.scrubbed_env)
             import tempfile
 
-            from metakernelbench.verifier.launch import _scrubbed_env
+            from metakernelbench.verifier.launch import scrubbed_env
 
-            env = _scrubbed_env(tempfile.mkdtemp(prefix="mkb-drift-env-"))
+            env = scrubbed_env(tempfile.mkdtemp(prefix="mkb-drift-env-"))
             layers = layers.removesuffix("+env")
         self.proc = subprocess.Popen([sys.executable, __file__, "--child", "--problem-file", problem_file,
                                       "--kernel", kernel, "--device", device, "--layers", layers,

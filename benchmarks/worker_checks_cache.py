@@ -4,7 +4,7 @@
 
 A short torch dispatch path (allocate, convert to DLPack, three small ops: a few microseconds of
 Python and C++, like a DSL's launch path) is timed right after either a light step (one small
-tensor op, as a plain loop's input draw) or the worker's two heavy checks (``_critical_callables``,
+tensor op, as a plain loop's input draw) or the worker's two heavy checks (``critical_callables``,
 the integrity of the grader's code, and ``Sandbox.new_native_mappings``, which parses
 ``/proc/self/maps``), interleaved in random order. Runs on a CPU; prints the two medians and their
 ratio, and what each heavy check costs by itself. The ratio is why timing-loop calls defer those
@@ -51,7 +51,7 @@ def main() -> int:
         return y.add_(a)
 
     before = {"light": lambda: torch.randn(16, 64),
-              "heavy_checks": lambda: (worker._critical_callables(), box.new_native_mappings())}
+              "heavy_checks": lambda: (worker.critical_callables(), box.new_native_mappings())}
     samples: dict[str, list[float]] = {k: [] for k in before}
     for r in range(args.rounds):
         for name in random.Random(r).sample(list(before), len(before)):
@@ -72,7 +72,7 @@ def main() -> int:
 
     figures = {"dispatch_us_after": {k: round(v, 2) for k, v in medians.items()},
                "ratio": round(medians["heavy_checks"] / medians["light"], 2),
-               "check_cost_us": {"critical_callables": cost_us(worker._critical_callables),
+               "check_cost_us": {"critical_callables": cost_us(worker.critical_callables),
                                  "new_native_mappings": cost_us(box.new_native_mappings)}}
     print(json.dumps(figures))
     if args.out:

@@ -36,7 +36,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from metakernelbench.harbor_env import _unshare_problem, stop_judge
+from metakernelbench.harbor_env import stop_judge, unshare_problem
 from metakernelbench.problems import find_problem, oracle_file
 
 from .scripted_model import ModelConfig, serve_in_thread
@@ -124,7 +124,7 @@ def preflight() -> None:
     """Stop early, with the reason, where the no-Docker sandbox or Terminus-2 cannot run."""
     if shutil.which("tmux") is None:
         raise SystemExit("the demonstration needs tmux (Terminus-2 runs its shell in tmux): install the tmux package")
-    why = _unshare_problem()
+    why = unshare_problem()
     if why is not None:
         raise SystemExit(f"the no-Docker sandbox cannot isolate trials here: {why}")
 

@@ -202,7 +202,7 @@ def forbidden_imports() -> tuple[ForbiddenImport, ...]:
     from metakernelbench.verifier import rules  # standard library only, like this module
 
     def row(module: str, dsl: str | None = None) -> ForbiddenImport:
-        static = rules._module_rule(module, dsl or "")
+        static = rules.module_rule(module, dsl or "")
         audit = module in AUDIT_FORBIDDEN_IMPORTS or (dsl is not None and module in FOREIGN_DSL_PACKAGES[dsl])
         by = frozenset(e for e, on in ((Enforcer.STATIC, static), (Enforcer.AUDIT, audit)) if on)
         return ForbiddenImport(module, static or AUDIT_ONLY.get(module, ""), by, dsl,

@@ -211,7 +211,7 @@ class LocalEnvironment(BaseEnvironment):
         return config["task"]["name"], (timeout / 60 if timeout else None)
 
     async def start(self, force_build: bool) -> None:
-        why = _unshare_problem()
+        why = unshare_problem()
         if why:
             raise RuntimeError(f"the local environment cannot isolate commands here: {why}")
         _ensure_mount_points()
@@ -398,7 +398,9 @@ class LocalEnvironment(BaseEnvironment):
 
 
 @functools.cache
-def _unshare_problem() -> str | None:
+def unshare_problem() -> str | None:
+    """Why this machine cannot give a trial its own mounts and network (None: it can); the demo and
+    the end-to-end tests ask it before they start a trial."""
     if not shutil.which("unshare"):
         return "`unshare` (util-linux) is not installed"
     flags = ["--mount"] if os.geteuid() == 0 else ["--user", "--map-root-user", "--mount"]
@@ -414,7 +416,7 @@ def _unshare_problem() -> str | None:
 
 
 def _can_unshare() -> bool:
-    return _unshare_problem() is None
+    return unshare_problem() is None
 
 
 def _ensure_mount_points() -> None:

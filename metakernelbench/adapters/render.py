@@ -197,7 +197,9 @@ def _judge_client(prefix: str, modules: tuple[str, ...]) -> dict[str, TaskFile]:
     return files
 
 
-def _compose_values() -> dict[str, str]:
+def compose_values() -> dict[str, str]:
+    """The judge's image, network, volume and address as every compose template names them
+    (Harbor's tasks here, Terminal-Bench's in ``terminal_bench``)."""
     return {"judge_image": config.JUDGE_IMAGE, "network": config.JUDGE_NETWORK,
             "secrets_volume": config.JUDGE_SECRETS_VOLUME, "port": str(config.JUDGE_PORT),
             "judge_url": config.JUDGE_URL, "base_image": config.BASE_IMAGE}
@@ -213,7 +215,7 @@ def _sandbox_files(problem: Problem, dsl: Dsl, task: str) -> dict[str, TaskFile]
         ),
         "environment/docker-compose.yaml": TaskFile.text(
             render("environment/docker-compose.yaml", task=task, minutes=str(config.AGENT_TIMEOUT_SEC // 60),
-                   **_compose_values())
+                   **compose_values())
         ),
         "environment/submit": TaskFile.text(template_text("environment/submit"), executable=True),
         "environment/check": TaskFile.text(render("environment/check", dsl=dsl.key), executable=True),
@@ -269,7 +271,7 @@ def _verifier_files(problem: Problem, dsl: Dsl, task: str) -> dict[str, TaskFile
         "tests/Dockerfile": TaskFile.text(
             render("tests/Dockerfile", task=task, dsl=dsl.key, base_image=config.BASE_IMAGE)
         ),
-        "tests/docker-compose.yaml": TaskFile.text(render("tests/docker-compose.yaml", **_compose_values())),
+        "tests/docker-compose.yaml": TaskFile.text(render("tests/docker-compose.yaml", **compose_values())),
         "tests/test.sh": TaskFile.text(
             render(
                 "tests/test.sh",
@@ -302,7 +304,7 @@ def image_files() -> dict[str, TaskFile]:
         judge_pins=" ".join(config.JUDGE_PINS), port=str(config.JUDGE_PORT)))
     files["images/judge-compose.yaml"] = TaskFile.text(render(
         "images/judge-compose.yaml", grader_cutedsl=config.GRADER_IMAGES["cutedsl"],
-        grader_tirx=config.GRADER_IMAGES["tirx"], state_volume=config.JUDGE_STATE_VOLUME, **_compose_values()))
+        grader_tirx=config.GRADER_IMAGES["tirx"], state_volume=config.JUDGE_STATE_VOLUME, **compose_values()))
     return files
 
 

@@ -58,7 +58,8 @@ class SubmissionReport(BaseModel):
         return not self.problems
 
 
-def _arm(result: TrialResult, dsl: str) -> str:
+def arm_name(result: TrialResult, dsl: str) -> str:
+    """The arm a trial of a ``dsl`` task belongs to (``solo_tirx``, ``cutedsl2tirx``, ...)."""
     kind, source = arm_of(result)
     return f"solo_{dsl}" if kind == "solo" else f"{source}2{dsl}"
 
@@ -173,7 +174,7 @@ def check_submission(job_dirs: list[Path], reference_tasks: Path) -> SubmissionR
             task_dir_name = result.task_name.rpartition("/")[2]
             try:
                 _problem, dsl = parse_task_name(task_dir_name)
-                arm = _arm(result, dsl)
+                arm = arm_name(result, dsl)
             except (ValueError, TrialReadError) as exc:
                 problems.append(f"{trial_dir.name}: {exc}")
                 continue

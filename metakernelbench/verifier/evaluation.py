@@ -310,7 +310,7 @@ class Evaluation:
             code = outside.died_with(pid)
             if code is not None:
                 handle.note_death(code)
-                raise handle._dead() from None
+                raise handle.death_verdict() from None
             raise Verdict(Status.INFRA_ERROR, f"the grader could not read the candidate's outputs at DONE: {exc}") \
                 from None
         return {"inplace": inplace, "outputs": outputs}

@@ -209,7 +209,8 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def _libc():
+def load_libc():
+    """The C library, with errno kept: prctl, seccomp and landlock have no Python binding."""
     return ctypes.CDLL(None, use_errno=True)
 
 
@@ -324,7 +325,7 @@ def seal_executable_memory() -> None:
     """
     if sys.platform != "linux" or platform.machine() != "x86_64":
         raise SandboxError(f"no executable-memory seal on {sys.platform}/{platform.machine()}")
-    libc = _libc()
+    libc = load_libc()
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise SandboxError(f"no_new_privs refused: {os.strerror(ctypes.get_errno())}")
     if not _SEAL:
@@ -366,7 +367,7 @@ class _PathBeneath(ctypes.Structure):
 
 
 def landlock_abi(libc=None) -> int:
-    libc = libc or _libc()
+    libc = libc or load_libc()
     version = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
                            ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))
     return max(int(version), 0)
@@ -688,7 +689,7 @@ def enter(scratch: str, require: bool = False, submission: str = "", spec_allow:
         if require:
             raise SandboxError(box.notes[-1])
         return box
-    libc = _libc()
+    libc = load_libc()
     libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise SandboxError(f"no_new_privs refused: {os.strerror(ctypes.get_errno())}")
