@@ -3,7 +3,7 @@
 Run from the repository root on an H200 host (see ``h200_env.sh``; the judge does not need Harbor,
 so a host set up from scripts/offline-bundle.sh, which leaves it out, runs this too):
 
-    source benchmarks/h200_env.sh && python3 benchmarks/h200_judge.py --out judge.json
+    source benchmarks/h200_env.sh && python3 -m benchmarks.h200_judge --out judge.json
 
 It starts a judge locally (``python -m metakernelbench.judge serve``, subprocess
 isolation, one device), registers two attempts the way the no-Docker Harbor environment does, and
@@ -30,17 +30,16 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from metakernelbench.judge.client import JudgeClient
+from metakernelbench.judge.store import Store
 
-from metakernelbench.judge.client import JudgeClient  # noqa: E402
-from metakernelbench.judge.store import Store  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 PROBLEM = "28_fused_add_rmsnorm_h4096_llama31_8b_bf16"
 ORACLES = {dsl: REPO / "oracles" / "mlp_norm" / f"{PROBLEM}_{dsl}.py" for dsl in ("tirx", "cutedsl")}
 
 
-def _git_commit() -> str:
+def git_commit() -> str:
     """The commit measured: ``MKB_COMMIT`` when set (a copied tree's git metadata can be older than its
     files, so whoever sends the tree names its commit), else the checkout's HEAD."""
     if os.environ.get("MKB_COMMIT"):
@@ -52,7 +51,7 @@ def _git_commit() -> str:
         return "unknown"
 
 
-def _device_name(device: str) -> str:
+def device_name(device: str) -> str:
     code = f"import torch; print(torch.cuda.get_device_name(torch.device({device!r})))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     return done.stdout.strip() or f"unknown ({done.stderr.strip()[-200:]})"
@@ -94,13 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda:0")
     p.add_argument("--judge-args", default="", help="extra `serve` arguments (e.g. '--timed 20' for a quick run)")
     args = p.parse_args(argv)
-    command = "python3 benchmarks/h200_judge.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = "python3 -m benchmarks.h200_judge " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     work = Path(tempfile.mkdtemp(prefix="mkb-h200-judge-"))
     work.chmod(0o711)  # the judge drops each evaluation to its own uid: it must traverse to its folder
     state = work / "state"
     proc, url = start_judge(state, args.device, shlex.split(args.judge_args))
-    record: dict = {"command": command, "commit": _git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
-                    "device": _device_name(args.device), "judge_args": args.judge_args}
+    record: dict = {"command": command, "commit": git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
+                    "device": device_name(args.device), "judge_args": args.judge_args}
     try:
         admin = JudgeClient(url, (state / "admin.token").read_text().strip())
         record["health_at_start"] = admin.health()

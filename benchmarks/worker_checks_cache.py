@@ -1,6 +1,6 @@
 """How much the worker's heavy per-call checks slow the host code that runs right after them.
 
-    python benchmarks/worker_checks_cache.py [--rounds 400] [--out results/cpu/worker-checks-cache.json]
+    python -m benchmarks.worker_checks_cache [--rounds 400] [--out results/cpu/worker-checks-cache.json]
 
 A short torch dispatch path (allocate, convert to DLPack, three small ops: a few microseconds of
 Python and C++, like a DSL's launch path) is timed right after either a light step (one small
@@ -27,9 +27,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from metakernelbench.verifier import sandbox, worker  # noqa: E402
+from metakernelbench.verifier import sandbox, worker
 
 
 def main() -> int:
@@ -76,7 +74,8 @@ def main() -> int:
                                  "new_native_mappings": cost_us(box.new_native_mappings)}}
     print(json.dumps(figures))
     if args.out:
-        record = {"what": __doc__.strip().splitlines()[0], "command": " ".join(["python", *sys.argv]),
+        record = {"what": __doc__.strip().splitlines()[0],
+                  "command": " ".join(["python -m benchmarks.worker_checks_cache", *sys.argv[1:]]),
                   "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                   "host": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPUs, no GPU",
                   **figures}
