@@ -16,11 +16,12 @@ import pytest
 
 from metakernelbench import contract
 from metakernelbench.contract import DSLS, Enforcer, GradeConfig, Status
+from metakernelbench.verifier.forbidden import forbidden_imports
 
 
 def test_it_imports_without_torch_or_pydantic():
     """The adapters, ``mkb grade --help`` and the judge's runner before torch read it."""
-    code = ("import sys, metakernelbench.contract as c; c.forbidden_imports(); "
+    code = ("import sys, metakernelbench.contract, metakernelbench.verifier.forbidden as f; f.forbidden_imports(); "
             "import metakernelbench.judge.runner; "
             "print(sorted(m for m in ('torch', 'pydantic', 'numpy') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -131,7 +132,7 @@ def test_the_audit_hook_refuses_the_contracts_list():
 def test_the_table_names_every_entry_of_both_enforcers():
     from metakernelbench.verifier import rules
 
-    table = contract.forbidden_imports()
+    table = forbidden_imports()
     rows = {(r.module, r.dsl): r for r in table}
     assert len(rows) == len(table)
     for module, reason in rules.FORBIDDEN_MODULES.items():
@@ -147,7 +148,7 @@ def test_the_table_names_every_entry_of_both_enforcers():
 def test_what_the_audit_hook_refuses_the_static_scan_refuses_too_but_the_declared_few():
     """The scan runs first, and in the sandbox's `check`: an agent should hear of a forbidden import there.
     The declared exceptions must really be exceptions (else the declaration has gone stale)."""
-    table = contract.forbidden_imports()
+    table = forbidden_imports()
     audit_only = {r.module for r in table if r.enforced_by == {Enforcer.AUDIT}}
     assert audit_only == set(contract.AUDIT_ONLY)
 
@@ -159,7 +160,7 @@ def _audit_policy(dsl: str):
     return make_policy("/nonexistent/kernel.py", (), dsl, roots=())
 
 
-@pytest.mark.parametrize("row", contract.forbidden_imports(), ids=lambda r: f"{r.module}-{r.dsl or 'any'}")
+@pytest.mark.parametrize("row", forbidden_imports(), ids=lambda r: f"{r.module}-{r.dsl or 'any'}")
 def test_each_entry_is_refused_where_the_table_says(row):
     """Asked of the enforcers themselves: the AST scan of a file importing it, and the audit hook's policy.
     (In a task of one DSL, everything under the other DSL's package is refused besides: its own rows.)"""
