@@ -12,6 +12,8 @@ import importlib.util
 
 import typer
 
+__all__ = ["HELP", "OPTIONAL_DEPENDENCIES", "app", "main"]
+
 HELP = ("MetaKernelBench: grade GPU kernels written in CuTe DSL or TIRx, build the Harbor tasks, and "
         "measure whether an agent's skill file transfers between the two DSLs.")
 

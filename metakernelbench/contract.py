@@ -30,6 +30,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+__all__ = [
+    "ATTEMPT_MINUTES", "AUDIT_FORBIDDEN_IMPORTS", "AUDIT_ONLY", "AUDIT_SUBMISSION_ONLY", "DEFAULT_TOLERANCE_FACTOR",
+    "DSLS", "DSL_PACKAGES", "DSL_PATTERN", "DslName", "Enforcer", "FOREIGN_DSL_PACKAGES", "ForbiddenImport",
+    "GRADER_IMAGES", "GradeConfig", "MIN_DSL_SHARE", "SPEEDUP_CAP", "SUBMISSIONS", "Status", "Verdict", "other_dsl",
+]
 
 
 class DslName(StrEnum):

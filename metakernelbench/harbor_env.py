@@ -51,6 +51,11 @@ from harbor.environments.capabilities import EnvironmentCapabilities
 
 from metakernelbench.judge.client import JudgeClient, JudgeUnavailable
 
+__all__ = [
+    "DEFAULT_STATE", "ENV_PASSTHROUGH", "LOCAL", "LocalEnvironment", "MARKER", "MOUNTS", "SOCKET_MOUNT",
+    "dockerfile_copies", "ensure_judge", "socket_path", "stop_judge", "unshare_problem",
+]
+
 # /tmp last: the other mounts' host sources may live under the host's /tmp
 # /opt/mkb-local holds the trial's `submit` command (bin/) and its HOME (home/).
 MOUNTS = ("/app", "/tests", "/solution", "/opt/mkb-local", "/logs/agent", "/logs/verifier", "/logs/artifacts",

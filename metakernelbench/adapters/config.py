@@ -11,6 +11,15 @@ from __future__ import annotations
 
 from metakernelbench import contract
 
+__all__ = [
+    "AGENT_TIMEOUT_SEC", "AUTHORS", "BASE_IMAGE", "BUILD_TIMEOUT_SEC", "CATEGORY", "COMMON_PINS", "CORRECTNESS_DRAWS",
+    "DATASET_DESCRIPTION", "DATASET_NAME", "DATASET_VERSION", "DEFAULT_TOLERANCE_FACTOR", "GRADER_IMAGES",
+    "GRADE_TIMEOUT_MARGIN_SEC", "HUB_DATASET_NAME", "JUDGE_IMAGE", "JUDGE_NETWORK", "JUDGE_PINS", "JUDGE_PORT",
+    "JUDGE_SECRETS_VOLUME", "JUDGE_STATE_VOLUME", "JUDGE_URL", "MIN_DSL_SHARE", "ORG", "RECHECKS", "RELAY_URL",
+    "SANDBOX_CPUS", "SANDBOX_MEMORY_MB", "SPEEDUP_CAP", "SUBMISSIONS", "TASK_LICENSE", "TIMED_CALLS", "VERIFIER_CPUS",
+    "VERIFIER_MEMORY_MB", "VERIFIER_TIMEOUT_SEC", "WARMUP_CALLS",
+]
+
 # One dataset name everywhere: ``metakernelbench`` in registry.json (``harbor run --dataset
 # metakernelbench``); Harbor Hub packages are ``org/name``, so there it is the same name under the
 # organisation of the same name (``metakernelbench/metakernelbench``), as are the tasks.

@@ -42,6 +42,12 @@ from metakernelbench.problems import REPO_ROOT, Problem, load_problem, problem_p
 from metakernelbench.verifier import memory
 from metakernelbench.verifier.tensors import clone_inputs, promote_floats, snapshot_graded
 
+__all__ = [
+    "CARD_BYTES", "END", "FootprintError", "MEASURED", "META", "README", "RECORD", "RELAXED", "SHADOW_BYTES",
+    "SHADOW_FLOPS", "START", "estimate", "footprint", "main", "measured_peaks", "readme_block", "record",
+    "write_readme",
+]
+
 SHADOW_BYTES = 512 << 20  # tensors above this are shapes only (meta)
 SHADOW_FLOPS = 2e10  # products above this are shapes only, whatever their operands
 # a reference that branches on a larger product (a router's logits) is run again with these

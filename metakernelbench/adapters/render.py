@@ -48,6 +48,11 @@ from .instructions import instruction_md
 from .task_readme import task_readme
 from .templating import render, template_text
 
+__all__ = [
+    "DOCKER_NETWORK", "REMOTE_NETWORK", "SANDBOX_CLIENT", "TaskFile", "VERIFIER_CLIENT", "compose_values",
+    "image_files", "oracle_path", "render_task", "task_dir_name", "task_name",
+]
+
 # The judge client modules copied into the images (standard library only): sandbox and verifier.
 SANDBOX_CLIENT = ("client.py", "submit.py", "check.py")
 VERIFIER_CLIENT = ("client.py", "final.py")

@@ -33,6 +33,8 @@ from .dsl import DSLS, Dsl
 from .render import TaskFile, compose_values, render_task, task_dir_name, task_name
 from .templating import render
 
+__all__ = ["author_name", "build_terminal_bench", "render_tb_task", "task_yaml"]
+
 
 def author_name() -> str:
     """The project's authors as one name (Terminal-Bench has a single author field)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import typer
 
+__all__ = ["judge_command", "register"]
+
 
 def judge_command(ctx: typer.Context) -> None:
     """Run the grading service for Harbor trials: serve, relay, token, status, stop (mkb judge --help)."""

@@ -29,6 +29,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+__all__ = [
+    "CpuPlan", "DEVICE_RE", "GPU_CLASSES", "NVIDIA_VENDOR", "SlotCpus", "Topology", "cpu_list_text", "gpu_index",
+    "host_plan", "parse_cpu_list", "plan_cpus", "read_topology",
+]
+
 NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x0300", "0x0302")  # VGA and 3D controllers (not NVSwitch bridges or audio functions)
 DEVICE_RE = re.compile(r"^cuda:(\d+)$")

@@ -36,6 +36,11 @@ from metakernelbench.verifier.result import Status, failure
 from .cpu_plan import CpuPlan, host_plan
 from .isolation import EvalOutcome, EvalRequest, GradeSettings, SubprocessIsolation
 
+__all__ = [
+    "ActorPlan", "DEVICE_RESOURCE", "DeviceGrader", "RayIsolation", "STAGE_POLL_S", "code_fingerprint", "plan_actors",
+    "wait_for_devices",
+]
+
 log = logging.getLogger("metakernelbench.judge")
 DEVICE_RESOURCE = "mkb_device"
 STAGE_POLL_S = 1.0

@@ -26,6 +26,11 @@ import time
 from collections import defaultdict
 from typing import Any
 
+__all__ = [
+    "BoundedServerMixin", "ClientError", "IO_TIMEOUT_S", "MAX_CONNECTIONS", "MAX_CONNECTIONS_PER_CLIENT",
+    "RATE_BURST", "RATE_PER_S", "RateLimiter", "client_key", "read_json_body",
+]
+
 IO_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 64
 MAX_CONNECTIONS_PER_CLIENT = 16

@@ -62,6 +62,13 @@ from metakernelbench.verifier.result import Status, failure
 from .cpu_plan import CpuPlan, cpu_list_text
 from .runner import config_flags
 
+__all__ = [
+    "BASE_EVAL_UID", "DockerIsolation", "EVAL_MARKER", "EvalDirs", "EvalOutcome", "EvalRequest", "GradeSettings",
+    "IMPORT_SUFFIXES", "Isolation", "RunnerReport", "SubprocessIsolation", "WarmRunner", "changed_since",
+    "docker_client", "import_roots", "kill_leftovers", "outcome_from_result", "outcome_without_result",
+    "processes_of",
+]
+
 log = logging.getLogger("metakernelbench.judge")
 EVAL_MARKER = "MKB_EVAL_ID"
 BASE_EVAL_UID = 61000

@@ -19,6 +19,8 @@ from metakernelbench.verifier.result import Status, failure
 from .isolation import EvalOutcome, EvalRequest, Isolation
 from .store import Store, Submission
 
+__all__ = ["MAX_TRIES", "Scheduler"]
+
 log = logging.getLogger("metakernelbench.judge")
 MAX_TRIES = 2
 

@@ -24,6 +24,8 @@ from typing import Any
 from .client import JudgeClient, JudgeError, JudgeUnavailable
 from .http_limits import IO_TIMEOUT_S, BoundedServerMixin, ClientError, RateLimiter, read_json_body
 
+__all__ = ["ALLOWED", "MAX_BODY", "Relay", "make_server"]
+
 log = logging.getLogger("metakernelbench.judge.relay")
 ALLOWED = (("GET", re.compile(r"/v1/health")), ("GET", re.compile(r"/v1/attempt")),
            ("POST", re.compile(r"/v1/submissions")), ("GET", re.compile(r"/v1/submissions/\d+")))

@@ -42,6 +42,8 @@ import traceback
 
 from metakernelbench.contract import DSLS  # standard library only, like everything this runner imports first
 
+__all__ = ["CONFIG_FLAGS", "PR_SET_DUMPABLE", "PR_SET_PDEATHSIG", "config_flags", "main", "parse_args"]
+
 PR_SET_DUMPABLE = 4
 
 

@@ -28,6 +28,11 @@ from .queue import Scheduler
 from .service import DEFAULT_BUDGET, DEFAULT_MINUTES, Judge, serve_http
 from .store import Store
 
+__all__ = [
+    "DEFAULT_IMAGES", "JudgeConfig", "PR_SET_CHILD_SUBREAPER", "RunningJudge", "become_subreaper", "make_isolation",
+    "read_or_create_token", "serve_forever",
+]
+
 log = logging.getLogger("metakernelbench.judge")
 PR_SET_CHILD_SUBREAPER = 36
 DEFAULT_IMAGES = GRADER_IMAGES  # the images `mkb build` writes (images/grader-<dsl>.Dockerfile)

@@ -46,6 +46,12 @@ from .http_limits import IO_TIMEOUT_S, BoundedServerMixin, ClientError, RateLimi
 from .queue import Scheduler
 from .store import FEEDBACK, FINAL, Attempt, Store, Submission, hash_token
 
+__all__ = [
+    "ApiError", "DEFAULT_BUDGET", "DEFAULT_MINUTES", "Handler", "Judge", "MAX_BODY_BYTES", "Principal",
+    "RegisterBody", "SubmitBody", "TASK_RE", "TCPServer", "TokenBody", "UnixServer", "parse_task", "precheck",
+    "serve_http",
+]
+
 log = logging.getLogger("metakernelbench.judge")
 
 MAX_BODY_BYTES = 2 * MAX_KERNEL_BYTES + 64 * 1024

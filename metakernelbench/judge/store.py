@@ -24,6 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+__all__ = [
+    "Attempt", "FEEDBACK", "FINAL", "PENDING", "PRIORITY", "SCHEMA", "SCOPES", "Store", "Submission", "hash_token",
+    "new_token",
+]
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS attempts (
     id INTEGER PRIMARY KEY,

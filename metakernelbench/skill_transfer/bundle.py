@@ -37,6 +37,8 @@ from .families import parse_task_name
 from .submission import ARMS, arm_name, check_submission, dataset_version
 from .trials import iter_trial_dirs
 
+__all__ = ["LEADERBOARD", "RejectedSubmission", "Submission", "figures", "write_bundle"]
+
 LEADERBOARD = f"{config.HUB_DATASET_NAME}/main"  # org/package/name of the committed leaderboard config
 
 

@@ -38,6 +38,11 @@ from metakernelbench.contract import DSLS, SPEEDUP_CAP
 from .families import parse_task_name
 from .trials import GradeView, TrialReadError, arm_of, iter_trial_dirs
 
+__all__ = [
+    "AGENT_OVERRIDES", "ARMS", "ENV_OVERRIDES", "MULTIPLIERS", "SPEEDUP_CAP", "SubmissionReport", "arm_name",
+    "check_submission", "dataset_version",
+]
+
 ARMS = ("solo_cutedsl", "solo_tirx", "cutedsl2tirx", "tirx2cutedsl")
 MULTIPLIERS = ("timeout_multiplier", "agent_timeout_multiplier", "verifier_timeout_multiplier",
                "agent_setup_timeout_multiplier", "environment_build_timeout_multiplier")

@@ -25,6 +25,11 @@ from pathlib import Path
 from metakernelbench.contract import DSL_PACKAGES
 from metakernelbench.problems import REPO_ROOT, Problem
 
+__all__ = [
+    "BODIES", "COMMON", "CONTROLS", "DSL_IMPORT", "EXPECTED", "LLVM_COPY", "applies", "control_source",
+    "copy_helper_source", "skip_last_tile", "write_controls",
+]
+
 CONTROLS = ("zeros", "passthrough", "eager_no_dsl", "dsl_copy", "low_precision", "skip_last", "cache_first")
 EXPECTED = {"eager_no_dsl": "RULE_VIOLATION", "dsl_copy": "RULE_VIOLATION"}
 

@@ -23,6 +23,8 @@ from metakernelbench.verifier.expected import anchor_values, reference_values
 from metakernelbench.verifier.result import Mismatch
 from metakernelbench.verifier.tensors import snapshot_graded
 
+__all__ = ["draw_mismatch", "standard_draws"]
+
 
 def draw_mismatch(problem: Problem, solve: Callable, workload: dict, seed: int, device: torch.device,
                   planner: memory.Planner | None = None, keep: dict | None = None) -> Mismatch | None:

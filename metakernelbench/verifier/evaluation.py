@@ -31,6 +31,8 @@ from .result import Mismatch, Status
 from .stage import InputStage
 from .wire import CallResult, Outputs, Ready, TensorMeta
 
+__all__ = ["Call", "Evaluation", "require_done_copy"]
+
 
 @dataclass
 class Call:

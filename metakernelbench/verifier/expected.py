@@ -22,6 +22,8 @@ from metakernelbench.problems import Problem
 from . import memory
 from .tensors import promote_floats, snapshot_graded
 
+__all__ = ["anchor_values", "reference_values"]
+
 
 def reference_values(problem: Problem, draw: Callable[[], tuple], planner: memory.Planner) -> dict[str, torch.Tensor]:
     """The reference's graded values of a fresh draw (in host memory when the plan says so)."""

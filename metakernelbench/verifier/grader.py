@@ -42,6 +42,8 @@ from .rules import static_refusal
 from .score import score
 from .timing import Stages
 
+__all__ = ["GradeConfig", "Status", "Verdict", "grade"]  # the first three: the contract's, imported from here too
+
 
 def _device_of(device: str | None) -> torch.device:
     """The device to grade on, resolved without initialising CUDA in the grader (that can wait until

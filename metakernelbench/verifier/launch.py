@@ -33,6 +33,12 @@ from metakernelbench.contract import GradeConfig, Status, Verdict
 from .doorbell import DONE, READY, TOUCHED, Doorbell
 from .protocol import WARM_READY, CallRequest, LoadRequest, WorkerSetup
 
+__all__ = [
+    "CallClock", "FAILURE_STATUS", "GradeConfig", "SCRUBBED_PREFIXES", "Started", "Verdict", "WarmWorkers",
+    "WorkerHandle", "candidate_setup", "close_quietly", "core_plan", "cpu_list_text", "evaluations_root",
+    "reference_setup", "scrubbed_env", "spawn_worker", "start_warm_workers", "start_workers", "warm_setup",
+]
+
 SCRUBBED_PREFIXES = ("TVM_", "CUTE_DSL_", "CUTLASS_", "PYTORCH_", "TORCH_", "CUDA_LAUNCH_BLOCKING",
                      "LD_PRELOAD", "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONBREAKPOINT", "NVIDIA_TF32",
                      "MKB_", "CUDA_CACHE_")

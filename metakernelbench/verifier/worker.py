@@ -49,6 +49,8 @@ from .guard import REFUSE_EVENT, TAMPERING, GuardViolation, describe_threads, in
 from .protocol import WARM_READY, CallRequest, FetchRequest, LoadRequest, WorkerSetup
 from .wire import CallResult, Failure, KernelTime, Outputs, Ready, send, tensor_meta
 
+__all__ = ["CallFailed", "GO_TIMEOUT_S", "STARTUP", "Worker", "critical_callables", "main"]
+
 _perf_ns = time.perf_counter_ns  # bound before any submission code can patch the module
 GO_TIMEOUT_S = 600.0  # the grader rings GO microseconds after READY; this only bounds a dead grader
 

@@ -25,6 +25,8 @@ from metakernelbench.verifier.rules import MAX_KERNEL_BYTES
 
 from .client import JudgeClient, JudgeError, JudgeUnavailable, progress_line
 
+__all__ = ["DEFAULT_KERNEL", "local_check", "main"]
+
 DEFAULT_KERNEL = "/app/kernel.py"
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from metakernelbench.verifier.rules import MAX_KERNEL_BYTES, scan_source
 
+__all__ = ["DEFAULT_KERNEL", "DEFAULT_PROBLEM", "IMPORT_TIMEOUT_S", "import_finding", "main", "static_findings"]
+
 DEFAULT_KERNEL = "/app/kernel.py"
 DEFAULT_PROBLEM = "/app/problem.py"
 IMPORT_TIMEOUT_S = 600

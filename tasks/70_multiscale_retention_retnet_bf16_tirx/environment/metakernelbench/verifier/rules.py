@@ -14,6 +14,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+__all__ = [
+    "DSL_FOREIGN", "FORBIDDEN_BUILTINS", "FORBIDDEN_MODULES", "FORBIDDEN_NAMES", "MAX_KERNEL_BYTES", "QUALIFIED",
+    "RuleViolation", "module_rule", "scan_source", "static_refusal",
+]
+
 if TYPE_CHECKING:
     from .result import GradeResult
 

@@ -22,6 +22,8 @@ import uuid
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+__all__ = ["API", "DONE_STATES", "JudgeClient", "JudgeError", "JudgeUnavailable", "encode_kernel", "progress_line"]
+
 API = "/v1"
 DONE_STATES = ("done", "rejected")
 

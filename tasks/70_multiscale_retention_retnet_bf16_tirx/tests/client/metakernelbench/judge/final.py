@@ -17,6 +17,8 @@ from pathlib import Path
 
 from .client import JudgeClient, JudgeError
 
+__all__ = ["INFRA", "NOTHING", "main"]
+
 INFRA = {"reward": 0.0, "passed": 0.0, "speedup": 0.0, "kernel_ms": 0.0, "eager_ms": 0.0, "infra_error": 1.0}
 NOTHING = {**INFRA, "infra_error": 0.0}
 
