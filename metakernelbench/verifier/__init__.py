@@ -6,7 +6,7 @@ outputs and timings, which the trusted side validates.
 
 It is only what one grading needs: nothing here imports Harbor, an HTTP service, sqlite, Docker or
 Ray. The service that runs gradings for many attempts is ``metakernelbench.judge``, beside this
-package; helpers that serve only tests and benchmarks are ``metakernelbench.testing``. Both are
-checked: ``lint-imports`` holds the package to the contracts of ``[tool.importlinter]`` in
-pyproject.toml.
+package; helpers that serve only tests and benchmarks are ``metakernelbench.testing``. That nothing
+here imports them, nor the rest, is checked (``lint-imports``: ``[tool.importlinter]`` in
+pyproject.toml).
 """
