@@ -6,6 +6,8 @@ started=$SECONDS
 step() { echo "[test $((SECONDS - started)) s] $*"; }
 step "ruff"
 .venv/bin/ruff check .
+step "lint-imports (the layering contracts of pyproject.toml)"
+.venv/bin/lint-imports
 step "mkb build --check (the committed tasks/ match the problem files)"
 .venv/bin/mkb build --check
 step "harbor lint (scripts/lint-tasks.sh)"

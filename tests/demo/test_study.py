@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from metakernelbench.verifier.judge.local_env import _unshare_problem
+from metakernelbench.harbor_env import unshare_problem
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -33,8 +33,8 @@ from metakernelbench.skill_transfer.annotate import read_annotations  # noqa: E4
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0 and _unshare_problem() is not None,
-                       reason=f"the local environment cannot isolate here: {_unshare_problem()}"),
+    pytest.mark.skipif(os.geteuid() != 0 and unshare_problem() is not None,
+                       reason=f"the local environment cannot isolate here: {unshare_problem()}"),
     pytest.mark.skipif(shutil.which("tmux") is None, reason="Terminus-2 needs tmux in the sandbox"),
 ]
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from metakernelbench.verifier.judge.local_env import _unshare_problem, stop_judge
+from metakernelbench.harbor_env import stop_judge, unshare_problem
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -40,8 +40,8 @@ JUDGE_ARGS = "--devices cpu --small --draws 2 --warmup 2 --timed 5 --rechecks 1 
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0 and _unshare_problem() is not None,
-                       reason=f"the local environment cannot isolate here: {_unshare_problem()}"),
+    pytest.mark.skipif(os.geteuid() != 0 and unshare_problem() is not None,
+                       reason=f"the local environment cannot isolate here: {unshare_problem()}"),
     pytest.mark.skipif(shutil.which("tmux") is None, reason="Terminus-2 needs tmux in the sandbox"),
 ]
 
@@ -56,7 +56,7 @@ def attempt(tmp_path_factory):
     env = {**os.environ, "OPENAI_API_KEY": "scripted-local", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     cmd = [str(BIN / "harbor"), "run", "-p", str(REPO / "tasks"), "-i", TASK, "-a", "terminus-2", "-m", MODEL,
            "--ak", f"api_base={server.base_url}", "--ak", "record_terminal_session=false",
-           "-e", "metakernelbench.verifier.judge.local_env:LocalEnvironment",
+           "-e", "metakernelbench.harbor_env:LocalEnvironment",
            "--ek", f"judge_state={state}", "--ek", f"judge_args={JUDGE_ARGS}",
            "-o", str(root / "jobs"), "--job-name", "terminus", "-y"]
     try:
