@@ -1,6 +1,6 @@
 """What the trust-boundary defences cost per call, on the device at hand (CPU or GPU).
 
-    python benchmarks/defence_cost.py [--problem 28] [--kernel tests/exploits/control_honest_28.py]
+    python -m benchmarks.defence_cost [--problem 28] [--kernel tests/exploits/control_honest_28.py]
                                       [--dsl tirx] [--device cpu] [--small] [--calls 40] [--out FILE]
 
 Starts the real workers of one evaluation (``launch.start_workers``) and drives the candidate with
@@ -33,8 +33,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "exploits"))
 
 
 def main() -> int:
@@ -95,7 +93,7 @@ def main() -> int:
         stage_mod.InputStage.fill = original_fill
         close_quietly(started)
     record = {
-        "command": "python benchmarks/defence_cost.py " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.defence_cost " + " ".join(sys.argv[1:]),
         "date": datetime.now(UTC).isoformat(), "device": args.device, "host": platform.machine(),
         "problem": problem.spec.name, "workload": problem.spec.workload, "calls_per_variant": args.calls,
         "variants": {v: {k: round(statistics.median(xs), 2) for k, xs in f.items()} for v, f in figures.items()},

@@ -1,6 +1,6 @@
 """The share of GPU kernel time an oracle spends in its own DSL kernels (torch profiler).
 
-    python benchmarks/dsl_share.py PROBLEM_FILE KERNEL_FILE --dsl tirx|cutedsl [--calls 5]
+    python -m benchmarks.dsl_share PROBLEM_FILE KERNEL_FILE --dsl tirx|cutedsl [--calls 5]
 
 The kernel file is loaded as a plain module; after two warm-up calls, ``--calls`` calls of its
 ``solve`` on fresh draws of the graded workload run under ``torch.profiler`` with CUDA activities.
@@ -17,8 +17,8 @@ import argparse
 import json
 
 import torch
-from independent_loop import load  # the plain loader of the independent stopwatch, beside this file
 
+from benchmarks.independent_loop import load  # the plain loader of the independent stopwatch, beside this file
 from metakernelbench.contract import DSLS
 from metakernelbench.verifier.provenance import is_dsl_kernel  # the grader's own classification
 

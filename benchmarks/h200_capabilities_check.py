@@ -1,6 +1,6 @@
 """GPU check of ``verifier.capabilities``: the DSLs still work after ``remove``, the exploits do not.
 
-    source benchmarks/h200_env.sh && python3 benchmarks/h200_capabilities_check.py [--out FILE]
+    source benchmarks/h200_env.sh && python3 -m benchmarks.h200_capabilities_check [--out FILE]
 
 Each step runs in a fresh process, as a candidate worker would (torch, the DSL and its launch hooks
 imported, then ``capabilities.remove(dsl)``):
@@ -93,17 +93,25 @@ def honest(dsl: str) -> dict:
     return out
 
 
+def _exploit(name: str):
+    """The exploit file ``tests/exploits/<name>.py``, imported as module ``name``."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "tests" / "exploits" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def exploits(remove: bool) -> dict:
     import torch
 
     from metakernelbench.verifier.guard import GuardViolation
 
     out = {"removed": _remove("tirx") if remove else 0}
-    sys.path.insert(0, str(REPO / "tests" / "exploits"))
     for name in EXPLOITS:
         h, r, w = _draw(33)
         try:
-            y = importlib.import_module(name).solve(h, r, w)
+            y = _exploit(name).solve(h, r, w)
             torch.cuda.synchronize()
             out[name] = {"ran": True, "rel_error": _error(y, h, r, w),
                          "foreign_half_rel_error": _error(y[16:], h[16:], r[16:], w)}
@@ -128,8 +136,8 @@ def main() -> None:
         return
     report = {}
     for step in STEPS:
-        done = subprocess.run([sys.executable, __file__, "--step", step], capture_output=True, text=True,
-                              timeout=600, cwd=REPO)
+        done = subprocess.run([sys.executable, "-m", "benchmarks.h200_capabilities_check", "--step", step],
+                              capture_output=True, text=True, timeout=600, cwd=REPO)
         lines = done.stdout.strip().splitlines()
         report[step] = json.loads(lines[-1]) if done.returncode == 0 and lines else {"failed": done.stderr[-3000:]}
         print(step, json.dumps(report[step]), flush=True)

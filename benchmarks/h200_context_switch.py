@@ -1,6 +1,6 @@
 """Does a call read slower when another process's GPU work ran just before it, as the input stage does?
 
-    python3 benchmarks/h200_context_switch.py PROBLEM_FILE KERNEL_FILE [--reference] [--rounds 60]
+    python3 -m benchmarks.h200_context_switch PROBLEM_FILE KERNEL_FILE [--reference] [--rounds 60]
                                               [--warmup 10] [--out FILE]
 
 The grader writes each draw into the candidate's input buffers and flushes the L2 from its own
@@ -48,7 +48,7 @@ import torch
 import torch.multiprocessing as mp
 
 # the plain loop's own loader (this file, like it, imports nothing of the grader)
-from independent_loop import load
+from benchmarks.independent_loop import load
 
 VARIANTS = ("own", "stage", "stage_touch", "signal", "stage_copy", "copy_wait_200", "copy_wait_1000",
             "copy_wait_5000", "tiny")
@@ -207,7 +207,7 @@ def main() -> int:
         stage.join(10)
         os.unlink(page_path)
     record = {
-        "command": "python3 benchmarks/h200_context_switch.py " + " ".join(sys.argv[1:]),
+        "command": "python3 -m benchmarks.h200_context_switch " + " ".join(sys.argv[1:]),
         "date": datetime.now(UTC).isoformat(), "device": torch.cuda.get_device_name(device),
         "torch": torch.__version__, "rounds": args.rounds,
         "timed": "reference" if args.reference else os.path.basename(args.kernel),

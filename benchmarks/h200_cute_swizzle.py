@@ -1,6 +1,6 @@
 """The smallest CuTe DSL kernel behind the oracles' misaligned-address fault, and its fix.
 
-    python3 benchmarks/h200_cute_swizzle.py --out results/h200/cute-swizzle.json
+    python3 -m benchmarks.h200_cute_swizzle --out results/h200/cute-swizzle.json
 
 One CTA copies a 16 x 64 bf16 tile from global into shared memory with 16-byte ``cp.async`` vectors
 (the oracles' global-to-shared copy), then writes it back element by element through the same shared
@@ -27,6 +27,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_compact_tensor
 
+REPO = Path(__file__).resolve().parents[1]
 SWIZZLES = ((3, 3, 3), (2, 3, 3), (3, 4, 3), (2, 4, 3))
 ROWS, COLS = 16, 64
 THREADS = 128
@@ -95,15 +96,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         p.error("--out is required")
-    from h200_judge import _device_name, _git_commit
+    from benchmarks.h200_judge import device_name, git_commit
 
-    record = {"command": "python3 benchmarks/h200_cute_swizzle.py " + " ".join(argv or sys.argv[1:]),
-              "commit": _git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
-              "device": _device_name(f"{args.device}:0" if ":" not in args.device else args.device),
+    record = {"command": "python3 -m benchmarks.h200_cute_swizzle " + " ".join(argv or sys.argv[1:]),
+              "commit": git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
+              "device": device_name(f"{args.device}:0" if ":" not in args.device else args.device),
               "tile": [ROWS, COLS], "results": []}
     for swz in SWIZZLES:
-        done = subprocess.run([sys.executable, __file__, "--one", *map(str, swz), "--device", args.device],
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run([sys.executable, "-m", "benchmarks.h200_cute_swizzle", "--one", *map(str, swz),
+                               "--device", args.device], capture_output=True, text=True, timeout=300, cwd=REPO)
         lines = done.stdout.strip().splitlines()
         entry = json.loads(lines[-1]) if lines else {"swizzle": list(swz),
                                                       "error": f"exit {done.returncode}: {done.stderr[-500:]}"}
@@ -115,5 +116,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     raise SystemExit(main())

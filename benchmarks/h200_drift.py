@@ -1,6 +1,6 @@
 """Is a kernel's host time a property of the process, of the CPU it runs on, or of the moment?
 
-    python3 benchmarks/h200_drift.py --problem 28 --kernel oracles/mlp_norm/28_..._tirx.py [--out FILE]
+    python3 -m benchmarks.h200_drift --problem 28 --kernel oracles/mlp_norm/28_..._tirx.py [--out FILE]
 
 A plain timing loop (the independent loop's: fresh draw, L2 flush, device sync, call, device sync)
 runs in several persistent processes that take turns, segment by segment: if the processes differ
@@ -38,22 +38,48 @@ LAYERS = ("bare", "tools", "tools_reset", "seccomp", "seccomp_noallow", "hooks",
           "replica")
 
 
+def localize(inputs: tuple) -> tuple:
+    """Copies of a draw's GPU inputs in memory this process allocated, aliasing kept.
+
+    ``make_inputs`` hands a loop fresh tensors; the candidate worker's calls read inputs from buffers
+    it allocated once and the grader refills. The copies stand in for those buffers: one per distinct
+    storage, every view rebuilt with its offset and strides, so inputs that share memory still share it.
+    """
+    import torch
+
+    copies: dict[int, object] = {}
+    out = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.device.type == "cuda":
+            shared = x.untyped_storage()
+            key = shared.data_ptr()
+            if key not in copies:
+                local = torch.empty(shared.nbytes(), dtype=torch.uint8, device=x.device).untyped_storage()
+                local.copy_(shared)
+                copies[key] = local
+            view = torch.empty(0, dtype=x.dtype, device=x.device)
+            view.set_(copies[key], x.storage_offset(), x.size(), x.stride())
+            out.append(view)
+        else:
+            out.append(x)
+    return tuple(out)
+
+
 def _enter_layers(layers: str, kernel: str, problem_file: str, dsl: str | None) -> None:
     """The candidate worker's limits in this process: ``seccomp`` (the filter alone) or ``worker``
     (launch hooks, audit hook, every OS limit), each with or without the speculation allowance;
     ``tools``/``tools_reset`` (the grader's device helpers, see ``child``) are not set here;
-    ``replica`` is ``worker`` with ``tools_reset`` and the worker's local input copies."""
+    ``replica`` is ``worker`` with ``tools_reset`` and inputs in memory of its own (``localize``)."""
     if layers in ("bare", "tools", "tools_reset"):
         return
     import tempfile
 
-    sys.path.insert(0, str(REPO))
     from metakernelbench.verifier import sandbox
 
     allow = not layers.endswith("_noallow")
     layers = "worker" if layers == "replica" else layers
     if layers.startswith("seccomp"):
-        libc = sandbox._libc()
+        libc = sandbox.load_libc()
         libc.prctl(sandbox.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         sandbox.install_seccomp(libc, spec_allow=allow)
         return
@@ -76,12 +102,9 @@ def child(problem_file: str, kernel: str, device_name: str, layers: str = "bare"
     """Serve ``run CALLS CPU`` lines from stdin: pin to CPU (``all``: every CPU), time CALLS calls."""
     import torch
 
-    sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
-    from independent_loop import load
-
+    from benchmarks.independent_loop import load
     from metakernelbench.verifier.device import DeviceTools
     from metakernelbench.verifier.sandbox import speculation_state
-    from metakernelbench.verifier.worker import _localize
 
     device = torch.device(device_name)
     problem = load(problem_file, "drift_problem")
@@ -116,7 +139,7 @@ def child(problem_file: str, kernel: str, device_name: str, layers: str = "bare"
             gen = torch.Generator(device=device).manual_seed(seeds.getrandbits(63))
             inputs = problem.make_inputs(device, gen)
             if layers == "replica":
-                inputs, _ = _localize(inputs)
+                inputs = localize(inputs)
             if layers in ("tools_reset", "replica"):
                 tools.cold_l2()  # the worker's flush: persisting-L2 reset, then the buffer write
             else:
@@ -142,8 +165,8 @@ def child(problem_file: str, kernel: str, device_name: str, layers: str = "bare"
 
 
 def _independent(problem_file: str, kernel: str) -> float | None:
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "independent_loop.py"), problem_file, kernel,
-                           "--eager-timed", "10"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.independent_loop", problem_file, kernel,
+                           "--eager-timed", "10"], capture_output=True, text=True, timeout=300, cwd=REPO)
     return json.loads(done.stdout.strip().splitlines()[-1])["kernel_ms"] if done.returncode == 0 else None
 
 
@@ -168,17 +191,17 @@ def gradings(args, problem_file: str, kernel: str) -> list[dict]:
 class Runner:
     def __init__(self, problem_file: str, kernel: str, device: str, layers: str = "bare", dsl: str | None = None):
         env = None
-        if layers.endswith("+env"):  # the candidate worker's environment (launch._scrubbed_env)
+        if layers.endswith("+env"):  # the candidate worker's environment (launch.scrubbed_env)
             import tempfile
 
-            from metakernelbench.verifier.launch import _scrubbed_env
+            from metakernelbench.verifier.launch import scrubbed_env
 
-            env = _scrubbed_env(tempfile.mkdtemp(prefix="mkb-drift-env-"))
+            env = scrubbed_env(tempfile.mkdtemp(prefix="mkb-drift-env-"))
             layers = layers.removesuffix("+env")
-        self.proc = subprocess.Popen([sys.executable, __file__, "--child", "--problem-file", problem_file,
-                                      "--kernel", kernel, "--device", device, "--layers", layers,
-                                      *(["--dsl", dsl] if dsl else [])], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.h200_drift", "--child",
+                                      "--problem-file", problem_file, "--kernel", kernel, "--device", device,
+                                      "--layers", layers, *(["--dsl", dsl] if dsl else [])], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
         self.layers = layers + ("+env" if env is not None else "")
         hello = json.loads(self.proc.stdout.readline())
         self.pid, self.speculation = hello["ready"], hello["speculation"]
@@ -215,7 +238,6 @@ def main() -> int:
     if args.child:
         child(args.problem_file, args.kernel, args.device, args.layers, args.dsl)
         return 0
-    sys.path.insert(0, str(REPO))
     from metakernelbench.problems import find_problem
 
     problem_file = str(find_problem(args.problem).spec.path)
@@ -253,7 +275,8 @@ def main() -> int:
                "process_host_launch_us": {f"p{i}": spread([seg[f"p{i}"]["host_launch_us"] for seg in segments])
                                           for i in range(len(runners))},
                "cpu_medians_us": {c: [x["median_us"] for x in rows] for c, rows in per_cpu.items()}}
-    record = {"what": __doc__.strip().splitlines()[0], "command": " ".join(sys.argv), "kernel": args.kernel,
+    record = {"what": __doc__.strip().splitlines()[0],
+              "command": " ".join(["python3 -m benchmarks.h200_drift", *sys.argv[1:]]), "kernel": args.kernel,
               "summary": summary, "segments": segments, "per_cpu": per_cpu}
     if args.dsl and args.grade_rounds > 0:
         record["gradings"] = gradings(args, problem_file, kernel)

@@ -1,9 +1,10 @@
 # Source from the repository root on a GPU host before running the scripts under benchmarks/:
-#   source benchmarks/h200_env.sh && python3 benchmarks/h200_oracles.py ...
+#   source benchmarks/h200_env.sh && python3 -m benchmarks.h200_oracles ...
 # It activates the .venv that scripts/setup-dev.sh (with network) or scripts/offline-install.sh
 # (a host without network, from a bundle built elsewhere by scripts/offline-bundle.sh; docs/running.md,
-# "A GPU host without network") made, puts the checkout first on the import path and checks that
-# torch, the GPU and the grader load.
+# "A GPU host without network") made, puts the checkout first on the import path (PYTHONPATH: the scripts
+# run as python3 -m benchmarks.<name> from the root, and the processes they start import the checkout
+# too, installed or not) and checks that torch, the GPU and the grader load.
 #
 # A host prepared with the earlier bundle layout (the DSLs' setup script in .gpu/setup/setup.sh,
 # pydantic and its dependencies as wheels in .whl/) is set up as before when that script is there.

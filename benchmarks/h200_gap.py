@@ -1,6 +1,6 @@
 """Where a difference between the grader's time and a plain loop's comes from, variant by variant.
 
-    python3 benchmarks/h200_gap.py --problem 28 --kernel oracles/mlp_norm/28_..._tirx.py --dsl tirx [--out FILE]
+    python3 -m benchmarks.h200_gap --problem 28 --kernel oracles/mlp_norm/28_..._tirx.py --dsl tirx [--out FILE]
 
 Each process below times the same kernel in several *variants interleaved call by call* (so slow
 drift of the GPU or the host affects every variant alike) and reports, per variant, the median of
@@ -8,8 +8,9 @@ the whole call (device sync to device sync) and of the host part (until ``solve`
 
 - ``bare``: nothing of the grader loaded. Variants: ``plain`` (the independent loop's flush),
   ``cold_l2`` (the grader's flush, persisting-L2 reset included), ``local`` (inputs copied into
-  fresh memory first, as the worker does), ``gpu_idle`` (2 ms of host sleep between the flush's sync
-  and the call: GPU and host idle), ``cpu_idle`` (2 ms of sleep before the flush: only the host idled).
+  memory of this process first, as the worker's own input buffers are: ``h200_drift.localize``),
+  ``gpu_idle`` (2 ms of host sleep between the flush's sync and the call: GPU and host idle),
+  ``cpu_idle`` (2 ms of sleep before the flush: only the host idled).
 - ``hooks``, ``guard``, ``sandbox``: the candidate worker's layers added one process at a time in the
   worker's order (launch hooks; audit hook and import gate; OS limits), then the kernel imported.
   Variants: ``plain`` (as ``bare``, audit hook short-circuited), ``worker`` (local inputs, the
@@ -40,7 +41,6 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 PROCESSES = ("bare", "hooks", "guard", "sandbox")
 VARIANTS = {"bare": ("plain", "cold_l2", "local", "gpu_idle", "cpu_idle"),
             "hooks": ("plain", "worker"), "guard": ("plain", "worker", "disarmed"),
@@ -49,11 +49,11 @@ VARIANTS = {"bare": ("plain", "cold_l2", "local", "gpu_idle", "cpu_idle"),
 
 def child(which: str, problem_id: str, kernel: str, dsl: str, rounds: int, warmup: int, device_name: str,
           small: bool) -> dict:
+    from benchmarks.h200_drift import localize
     from metakernelbench.problems import find_problem
     from metakernelbench.verifier import hooks, sandbox
     from metakernelbench.verifier.device import DeviceTools
     from metakernelbench.verifier.guard import install_guard
-    from metakernelbench.verifier.worker import _localize
 
     device = torch.device(device_name)
     problem = find_problem(problem_id)
@@ -93,7 +93,7 @@ def child(which: str, problem_id: str, kernel: str, dsl: str, rounds: int, warmu
             inputs = problem.make_inputs(device, gen, **workload)
             like_worker = v in ("worker", "disarmed")
             if like_worker or v == "local":
-                inputs, _ = _localize(inputs)
+                inputs = localize(inputs)
             if v == "cpu_idle":
                 time.sleep(0.002)  # the host idles, then the flush keeps the GPU busy up to the call
             if like_worker or v == "cold_l2":
@@ -127,8 +127,8 @@ def child(which: str, problem_id: str, kernel: str, dsl: str, rounds: int, warmu
 
 
 def _independent(problem_file: Path, kernel: str) -> dict:
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "independent_loop.py"), str(problem_file),
-                           kernel, "--eager-timed", "20"], capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.independent_loop", str(problem_file),
+                           kernel, "--eager-timed", "20"], capture_output=True, text=True, timeout=600, cwd=REPO)
     if done.returncode != 0:
         return {"error": done.stderr[-1500:]}
     found = json.loads(done.stdout.strip().splitlines()[-1])
@@ -170,11 +170,11 @@ def main() -> int:
         env = {**os.environ, "TMPDIR": scratch, "HOME": scratch, "CUTE_DSL_CACHE_DIR": scratch + "/cute",
                "CUDA_CACHE_PATH": scratch + "/nv", "XDG_CACHE_HOME": scratch + "/cache"}
         try:
-            done = subprocess.run([sys.executable, __file__, "--problem", args.problem, "--kernel", kernel,
-                                   "--dsl", args.dsl, "--process", which, "--rounds", str(args.rounds),
-                                   "--warmup", str(args.warmup), "--device", args.device,
+            done = subprocess.run([sys.executable, "-m", "benchmarks.h200_gap", "--problem", args.problem,
+                                   "--kernel", kernel, "--dsl", args.dsl, "--process", which,
+                                   "--rounds", str(args.rounds), "--warmup", str(args.warmup), "--device", args.device,
                                    *(["--small"] if args.small else [])], capture_output=True, text=True,
-                                  timeout=240, env=env)
+                                  timeout=240, env=env, cwd=REPO)
             row = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else \
                 {"process": which, "error": done.stderr[-1500:]}
         except subprocess.TimeoutExpired:

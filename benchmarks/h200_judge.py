@@ -3,9 +3,9 @@
 Run from the repository root on an H200 host (see ``h200_env.sh``; the judge does not need Harbor,
 so a host set up from scripts/offline-bundle.sh, which leaves it out, runs this too):
 
-    source benchmarks/h200_env.sh && python3 benchmarks/h200_judge.py --out judge.json
+    source benchmarks/h200_env.sh && python3 -m benchmarks.h200_judge --out judge.json
 
-It starts a judge locally (``python -m metakernelbench.verifier.judge serve``, subprocess
+It starts a judge locally (``python -m metakernelbench.judge serve``, subprocess
 isolation, one device), registers two attempts the way the no-Docker Harbor environment does, and
 runs the sandbox's own ``submit`` command for both at once: the TIRx pilot oracle of problem 28 on
 the TIRx task and the CuTe DSL one on the CuTe DSL task. Then the verifier's final-grade client
@@ -30,17 +30,16 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from metakernelbench.judge.client import JudgeClient
+from metakernelbench.judge.store import Store
 
-from metakernelbench.verifier.judge.client import JudgeClient  # noqa: E402
-from metakernelbench.verifier.judge.store import Store  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 PROBLEM = "28_fused_add_rmsnorm_h4096_llama31_8b_bf16"
 ORACLES = {dsl: REPO / "oracles" / "mlp_norm" / f"{PROBLEM}_{dsl}.py" for dsl in ("tirx", "cutedsl")}
 
 
-def _git_commit() -> str:
+def git_commit() -> str:
     """The commit measured: ``MKB_COMMIT`` when set (a copied tree's git metadata can be older than its
     files, so whoever sends the tree names its commit), else the checkout's HEAD."""
     if os.environ.get("MKB_COMMIT"):
@@ -52,7 +51,7 @@ def _git_commit() -> str:
         return "unknown"
 
 
-def _device_name(device: str) -> str:
+def device_name(device: str) -> str:
     code = f"import torch; print(torch.cuda.get_device_name(torch.device({device!r})))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     return done.stdout.strip() or f"unknown ({done.stderr.strip()[-200:]})"
@@ -60,7 +59,7 @@ def _device_name(device: str) -> str:
 
 def start_judge(state: Path, device: str, extra: list[str]) -> tuple[subprocess.Popen, str]:
     sock = state.parent / "judge.sock"
-    cmd = [sys.executable, "-m", "metakernelbench.verifier.judge", "serve", "--state", str(state), "--unix", str(sock),
+    cmd = [sys.executable, "-m", "metakernelbench.judge", "serve", "--state", str(state), "--unix", str(sock),
            "--devices", device, "--isolation", "subprocess", *extra]
     log = open(state.parent / "judge.log", "wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
@@ -80,7 +79,7 @@ def sandbox_submit(url: str, token: str, task: str, kernel: Path, out: dict) -> 
     """Exactly what `submit` does in a sandbox: the same module, configured by the same variables."""
     env = {**os.environ, "MKB_JUDGE_URL": url, "MKB_JUDGE_TOKEN": token, "MKB_TASK": task}
     started = time.time()
-    done = subprocess.run([sys.executable, "-m", "metakernelbench.verifier.judge.submit", str(kernel), "--json"],
+    done = subprocess.run([sys.executable, "-m", "metakernelbench.judge.submit", str(kernel), "--json"],
                           env=env, capture_output=True, text=True, timeout=3600)
     out.update(client_wall_s=time.time() - started, exit_code=done.returncode, stderr_tail=done.stderr[-2000:])
     lines = done.stdout.strip()
@@ -94,13 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda:0")
     p.add_argument("--judge-args", default="", help="extra `serve` arguments (e.g. '--timed 20' for a quick run)")
     args = p.parse_args(argv)
-    command = "python3 benchmarks/h200_judge.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = "python3 -m benchmarks.h200_judge " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     work = Path(tempfile.mkdtemp(prefix="mkb-h200-judge-"))
     work.chmod(0o711)  # the judge drops each evaluation to its own uid: it must traverse to its folder
     state = work / "state"
     proc, url = start_judge(state, args.device, shlex.split(args.judge_args))
-    record: dict = {"command": command, "commit": _git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
-                    "device": _device_name(args.device), "judge_args": args.judge_args}
+    record: dict = {"command": command, "commit": git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
+                    "device": device_name(args.device), "judge_args": args.judge_args}
     try:
         admin = JudgeClient(url, (state / "admin.token").read_text().strip())
         record["health_at_start"] = admin.health()
@@ -120,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         final_out = work / "final"
         env = {**os.environ, "MKB_JUDGE_URL": url, "MKB_JUDGE_TOKEN": final_token}
         started = time.time()
-        done = subprocess.run([sys.executable, "-m", "metakernelbench.verifier.judge.final", "--task",
+        done = subprocess.run([sys.executable, "-m", "metakernelbench.judge.final", "--task",
                                f"metakernelbench/{PROBLEM}_tirx", "--kernel", str(ORACLES["tirx"]), "--out",
                                str(final_out), "--timeout", "3000"], env=env, capture_output=True, text=True)
         record["final"] = {"client_wall_s": time.time() - started, "exit_code": done.returncode,

@@ -1,10 +1,10 @@
 """Every oracle against its reference on the GPU, many at once: a correctness sweep before timing.
 
-    python3 benchmarks/h200_oracle_check.py --out results/h200/oracle-check.json [--parallel 8]
+    python3 -m benchmarks.h200_oracle_check --out results/h200/oracle-check.json [--parallel 8]
                                             [--only 01,28_tirx,moe] [--small-only] [--device cuda]
                                             [--kernel TASK=FILE] [--alone 33,34] [--stats 12,47_cutedsl]
                                             [--memory-budget-gb 80]
-    python3 benchmarks/h200_oracle_check.py --merge RUN.json results/h200/oracle-check.json
+    python3 -m benchmarks.h200_oracle_check --merge RUN.json results/h200/oracle-check.json
 
 Each oracle runs in its own process (``--one``), ``--parallel`` at a time (the DSLs' first-call
 compiles are CPU work, so a 16-core host checks several at once): the small workload once and the
@@ -35,18 +35,16 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 
 def draw_mismatch_in_stages(problem, solve, workload: dict, seed: int, device, stats: bool = False,
                             planner=None):
-    """The grader's comparison of one draw (``verifier.selfcheck.draw_mismatch``): the reference, the
+    """The grader's comparison of one draw (``testing.selfcheck.draw_mismatch``): the reference, the
     float64 anchor and the kernel in stages, each stage's draw freed before the next, placed by the
     grade's memory plan (``planner``, ``verifier.memory``: the anchor, the comparison and the expected
     values leave the GPU as a final grade's would), so a check holds no more of the GPU than a final
     grade of the task. Returns (mismatch or None, error statistics per floating output when ``stats``)."""
-    from metakernelbench.verifier.selfcheck import draw_mismatch
+    from metakernelbench.testing.selfcheck import draw_mismatch
 
     kept: dict = {}
     mismatch = draw_mismatch(problem, solve, workload, seed, device, planner, kept if stats else None)
@@ -111,11 +109,11 @@ def one(task: str, kernel: Path, device: str, small_only: bool, stats: bool = Fa
     """Check one oracle in this process; the result as a dict (printed as JSON by ``--one``).
     ``budget_bytes``: the device memory the plan is made for (the device's own by default)."""
     import torch
-    from independent_loop import load
 
+    from benchmarks.independent_loop import load
     from metakernelbench.problems import find_problem
+    from metakernelbench.testing.selfcheck import standard_draws
     from metakernelbench.verifier import memory
-    from metakernelbench.verifier.selfcheck import standard_draws
 
     started = time.time()
     out: dict = {"task": task, "kernel": str(kernel), "ok": False, "draws": []}
@@ -153,7 +151,7 @@ def one(task: str, kernel: Path, device: str, small_only: bool, stats: bool = Fa
 
 def _subprocess(task: str, kernel: Path, device: str, small_only: bool, timeout_s: float, stats: bool,
                 budget_gb: float | None = None) -> dict:
-    cmd = [sys.executable, __file__, "--one", task, str(kernel), "--device", device]
+    cmd = [sys.executable, "-m", "benchmarks.h200_oracle_check", "--one", task, str(kernel), "--device", device]
     if small_only:
         cmd.append("--small-only")
     if stats:
@@ -161,7 +159,7 @@ def _subprocess(task: str, kernel: Path, device: str, small_only: bool, timeout_
     if budget_gb is not None:
         cmd += ["--memory-budget-gb", str(budget_gb)]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
     except subprocess.TimeoutExpired:
         return {"task": task, "kernel": str(kernel), "ok": False, "error": f"timed out after {timeout_s:.0f} s"}
     lines = done.stdout.strip().splitlines()
@@ -204,18 +202,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         p.error("--out is required")
-    from h200_oracles import selected, shown
-
+    from benchmarks.h200_oracles import selected, shown
     from metakernelbench.problems import oracle_files
 
     only = {k.strip() for k in args.only.split(",") if k.strip()} or None
     overrides = {k: Path(v).resolve() for k, _, v in (x.partition("=") for x in args.kernel)}
     jobs = selected(only, overrides)
-    command = "python3 benchmarks/h200_oracle_check.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
-    from h200_judge import _device_name, _git_commit
+    command = "python3 -m benchmarks.h200_oracle_check " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    from benchmarks.h200_judge import device_name, git_commit
 
-    record = {"command": command, "commit": _git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
-              "device": _device_name(args.device if ":" in args.device else f"{args.device}:0")
+    record = {"command": command, "commit": git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
+              "device": device_name(args.device if ":" in args.device else f"{args.device}:0")
               if args.device.startswith("cuda") else args.device,
               "oracle_files": len(oracle_files()), "entries": []}
     alone_keys = {k.strip() for k in args.alone.split(",") if k.strip()}
@@ -272,7 +269,7 @@ def merge(run_path: Path, record_path: Path) -> None:
 
 def _matches(task: str, keys: set[str]) -> bool:
     """``task`` (NN_slug_dsl) is named by one of ``keys``: its NN, NN_dsl or its full name."""
-    from h200_oracles import task_keys
+    from benchmarks.h200_oracles import task_keys
 
     return bool(keys & task_keys(task))
 

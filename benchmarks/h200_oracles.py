@@ -1,11 +1,11 @@
 """Every oracle through its task's own final grade, with its DSL share of GPU time; writes oracles.json.
 
-    python3 benchmarks/h200_oracles.py --out results/h200/oracles.json [--only 01,28_tirx,moe] [--merge]
+    python3 -m benchmarks.h200_oracles --out results/h200/oracles.json [--only 01,28_tirx,moe] [--merge]
                                        [--device cuda:0] [--judge-args "--timed 20"] [--kernel TASK=FILE]
 
 For each oracle file under ``oracles/<family>/`` (or those ``--only`` names: a task name, ``NN``,
 ``NN_dsl`` or a family): a local judge (subprocess isolation, as the no-Docker mode runs it) is sent
-the file by ``metakernelbench.verifier.judge.final`` -- the module the task's ``tests/test.sh`` runs
+the file by ``metakernelbench.judge.final`` -- the module the task's ``tests/test.sh`` runs
 in Harbor's verifier phase -- with a final-scope token, and the resulting ``grade.json`` and
 ``reward.json`` give status, kernel_ms, eager_ms and speedup; ``grading_s`` is that client's wall
 time. The DSL share is the grader's own (``provenance.dsl_share``: one profiled call inside the
@@ -32,14 +32,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.h200_judge import device_name, git_commit, start_judge
+from metakernelbench.contract import DSLS
+from metakernelbench.problems import find_problem, oracle_files, problem_paths
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from h200_judge import _device_name, _git_commit, start_judge  # noqa: E402
-
-from metakernelbench.contract import DSLS  # noqa: E402
-from metakernelbench.problems import find_problem, oracle_files, problem_paths  # noqa: E402
 
 SHARE_DETAIL = ("dsl_us", "total_us", "kernels", "source", "calls", "note", "error")
 
@@ -70,7 +67,7 @@ def final_grade(url: str, token: str, task: str, kernel: Path, timeout_s: float)
     out = Path(tempfile.mkdtemp(prefix="mkb-oracle-final-"))
     env = {**os.environ, "MKB_JUDGE_URL": url, "MKB_JUDGE_TOKEN": token}
     started = time.time()
-    subprocess.run([sys.executable, "-m", "metakernelbench.verifier.judge.final", "--task", f"metakernelbench/{task}",
+    subprocess.run([sys.executable, "-m", "metakernelbench.judge.final", "--task", f"metakernelbench/{task}",
                     "--kernel", str(kernel), "--out", str(out), "--timeout", str(timeout_s)],
                    env=env, capture_output=True, text=True, timeout=timeout_s + 60)
     wall = time.time() - started
@@ -83,8 +80,8 @@ def share(task: str, dsl: str, kernel: Path, device: str) -> dict:
     env = {**os.environ}
     if device.startswith("cuda:"):
         env["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "dsl_share.py"), str(problem_file), str(kernel),
-                           "--dsl", dsl], capture_output=True, text=True, timeout=1800, env=env)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.dsl_share", str(problem_file), str(kernel),
+                           "--dsl", dsl], capture_output=True, text=True, timeout=1800, env=env, cwd=REPO)
     if done.returncode != 0:
         return {"dsl_share": None, "error": done.stderr[-2000:]}
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -119,14 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--separate-share", action="store_true",
                    help="also measure the DSL share in a separate plain process (dsl_share.py)")
     args = p.parse_args(argv)
-    command = "python3 benchmarks/h200_oracles.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = "python3 -m benchmarks.h200_oracles " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     only = {k.strip() for k in args.only.split(",") if k.strip()} or None
     overrides = dict((k, Path(v).resolve()) for k, _, v in (x.partition("=") for x in args.kernel))
     record: dict = {"runs": [], "entries": []}
     if args.merge and args.out.exists():
         record.update(json.loads(args.out.read_text()))
-    run = {"command": command, "commit": _git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
-           "device": _device_name(args.device) if args.device.startswith("cuda") else args.device,
+    run = {"command": command, "commit": git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
+           "device": device_name(args.device) if args.device.startswith("cuda") else args.device,
            "judge_args": args.judge_args}
     record["runs"] = [*record.get("runs", []), run]
     record.update(command=command, commit=run["commit"], date=run["date"], device=run["device"])
@@ -143,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     work.chmod(0o711)  # the judge drops each evaluation to its own uid: it must traverse to its folder
     state = work / "state"
     proc, url = start_judge(state, args.device, shlex.split(args.judge_args))
-    from metakernelbench.verifier.judge.client import JudgeClient
+    from metakernelbench.judge.client import JudgeClient
 
     admin = JudgeClient(url, (state / "admin.token").read_text().strip())
     try:

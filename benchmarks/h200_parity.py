@@ -5,7 +5,7 @@ and writes ``/logs/verifier``, so each of its runs gets those two paths bind-mou
 temporary folder in a private mount namespace), with a checkout of the original benchmark at the
 commit ``problems/catalog.toml`` names, brought there as a folder (the host needs no network):
 
-    python3 benchmarks/h200_parity.py --original /path/to/MetaKernelBench --runs 3 \\
+    python3 -m benchmarks.h200_parity --original /path/to/MetaKernelBench --runs 3 \\
         --out results/h200/parity.json --experiment adapters/metakernelbench/parity_experiment.json
 
 The original's code is run from its own checkout as an external tool (its ``template/grader.py``
@@ -30,10 +30,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from metakernelbench.adapters.parity import Grade, KernelRun, parity_experiment
 
-from metakernelbench.adapters.parity import Grade, KernelRun, parity_experiment  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 GRADE_TIMEOUT_S = 1800
 
@@ -124,7 +123,8 @@ def main() -> int:
     date, device = dt.date.today().isoformat(), _device()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
-        "command": shlex.join([Path(sys.executable).name, *sys.argv]), "commit": commit,
+        "command": shlex.join([Path(sys.executable).name, "-m", "benchmarks.h200_parity", *sys.argv[1:]]),
+        "commit": commit,
         "original_commit": original_commit or None, "date": date, "device": device,
         "records": [r.model_dump() for r in records]}, indent=2) + "\n")
     size = sum(1 for d in (REPO / "tasks").iterdir() if (d / "task.toml").is_file())  # (no Harbor import here)

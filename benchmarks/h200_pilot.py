@@ -1,6 +1,6 @@
 """Grade every oracle, the pilot problems' negative controls and every GPU exploit; write pilot.json.
 
-    python benchmarks/h200_pilot.py --out results/h200/pilot.json [--quick] [--only oracles,controls,exploits]
+    python -m benchmarks.h200_pilot --out results/h200/pilot.json [--quick] [--only oracles,controls,exploits]
 
 Each entry records the grader's status, kernel_ms, eager_ms, speedup, grade_wall_s and its kind
 (oracle | control | exploit) with the expected status, so the file shows at a glance whether every
@@ -28,7 +28,7 @@ import torch
 
 from metakernelbench.contract import DSLS
 from metakernelbench.problems import REPO_ROOT, find_problem, oracle_file, oracle_files
-from metakernelbench.verifier.controls import EXPECTED, write_controls
+from metakernelbench.testing.controls import EXPECTED, write_controls
 from metakernelbench.verifier.grader import GradeConfig, grade
 
 PILOTS = ("02", "25", "28", "49", "60", "66")
@@ -166,7 +166,7 @@ def main() -> None:
             run_controls(reject_config, results, Path(tmp), args.parallel)
         if "exploits" in parts:
             run_exploits(reject_config, results, args.parallel, {f for f in args.exploit_files.split(",") if f} or None)
-    commands = [" ".join([Path(sys.executable).name, *sys.argv])]
+    commands = [" ".join([Path(sys.executable).name, "-m", "benchmarks.h200_pilot", *sys.argv[1:]])]
     configs = {}
     if args.merge and args.merge.exists():
         previous = json.loads(args.merge.read_text())

@@ -1,8 +1,8 @@
 """Per-problem facts on the local GPU: eager time, input bytes, anchor allowance, negative controls,
 and a final grade's GPU memory peak.
 
-    python benchmarks/h200_problems.py --out results/h200/problems.json [--only 02,28]
-    python benchmarks/h200_problems.py --grade-peak --merge --out results/h200/problems.json --only 06,33,34,45,47 \
+    python -m benchmarks.h200_problems --out results/h200/problems.json [--only 02,28]
+    python -m benchmarks.h200_problems --grade-peak --merge --out results/h200/problems.json --only 06,33,34,45,47 \
         [--dsl cutedsl] [--memory-budget-gb 80]
 
 For every problem: the eager reference's median over the grader's loop (10 warmup + 50 timed calls,
@@ -47,7 +47,7 @@ import torch
 
 from metakernelbench.problem_kit import anchor_mode
 from metakernelbench.problems import REPO_ROOT, load_problem, problem_paths
-from metakernelbench.verifier.controls import skip_last_tile
+from metakernelbench.testing.controls import skip_last_tile
 from metakernelbench.verifier.correctness import check_draw
 from metakernelbench.verifier.device import DeviceTools
 from metakernelbench.verifier.floor import floor_ms
@@ -343,7 +343,7 @@ def main() -> None:
         rows.append(row)
         print(json.dumps({k: row.get(k) for k in ("problem", "eager_ms", "peak_gpu_gib", "controls",
                                                    "error", "measure_wall_s")}), flush=True)
-    commands = [" ".join([Path(sys.executable).name, *sys.argv])]
+    commands = [" ".join([Path(sys.executable).name, "-m", "benchmarks.h200_problems", *sys.argv[1:]])]
     if args.merge and args.out.exists():
         previous = json.loads(args.out.read_text())
         fresh = {r["problem"] for r in rows}
@@ -385,7 +385,7 @@ def write_grade_peaks(args, device, wanted: set[str]) -> None:
                                           args.sample_ms / 1e3, args.small, kernels)
         except Exception as exc:  # noqa: BLE001 - record and go on
             found[path.stem] = {"problem": path.stem, "final_grade": {"error": f"{type(exc).__name__}: {exc}"[:300]}}
-    command = " ".join([Path(sys.executable).name, *sys.argv])
+    command = " ".join([Path(sys.executable).name, "-m", "benchmarks.h200_problems", *sys.argv[1:]])
     record = json.loads(args.out.read_text()) if args.merge and args.out.exists() else {"problems": []}
     rows = {r["problem"]: r for r in record["problems"]}
     for name, fields in found.items():

@@ -1,6 +1,6 @@
 """Does torch's CUDA divide by a Python scalar equal a multiply by the fp32 reciprocal, bit for bit?
 
-    python3 benchmarks/h200_scalar_division.py --out results/h200/scalar-division.json
+    python3 -m benchmarks.h200_scalar_division --out results/h200/scalar-division.json
 
 The NVFP4 oracles (problems 55, 57, 58, 59, 61) reproduce the references' quantisers exactly; those
 references divide fp32 tensors by Python scalars (``amax / 6.0``, ``x / scale``). PyTorch's CUDA
@@ -44,7 +44,7 @@ def main() -> None:
     tiny = torch.randn(1 << 20, device=args.device, generator=g) * 1e-38
     rows = [dict(compare(normal, d), values="normal") for d in DIVISORS]
     rows += [dict(compare(tiny, d), values="subnormal range") for d in DIVISORS]
-    record = {"command": "python3 benchmarks/h200_scalar_division.py --out " + str(args.out),
+    record = {"command": "python3 -m benchmarks.h200_scalar_division --out " + str(args.out),
               "commit": os.environ.get("MKB_COMMIT", "unknown"),
               "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
               "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device,

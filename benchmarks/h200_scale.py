@@ -1,6 +1,6 @@
 """Concurrent gradings on N GPUs of one host: throughput, and whether neighbours bend the timings.
 
-    python3 benchmarks/h200_scale.py --out results/h200/scale.json --devices cuda:0,cuda:1[,...]
+    python3 -m benchmarks.h200_scale --out results/h200/scale.json --devices cuda:0,cuda:1[,...]
                                      [--ns 1,2] [--gradings 5] [--only 28_tirx,28_cutedsl]
                                      [--judge-args "..."] [--kernel TASK=FILE]
 
@@ -28,12 +28,10 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
+from benchmarks.h200_judge import device_name, git_commit, start_judge
+from benchmarks.h200_oracles import selected, shown
 
-from h200_judge import _device_name, _git_commit, start_judge  # noqa: E402
-from h200_oracles import selected, shown  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def chosen(only: set[str], overrides: dict[str, Path]) -> dict[str, Path]:
@@ -49,7 +47,7 @@ def run_n(devices: list[str], kernels: dict[str, Path], gradings: int, judge_arg
     work = Path(tempfile.mkdtemp(prefix="mkb-h200-scale-"))
     work.chmod(0o711)  # the judge drops each evaluation to its own uid: it must traverse to its folder
     proc, url = start_judge(work / "state", ",".join(devices), judge_args)
-    from metakernelbench.verifier.judge.client import JudgeClient
+    from metakernelbench.judge.client import JudgeClient
 
     try:
         admin = JudgeClient(url, (work / "state" / "admin.token").read_text().strip())
@@ -118,9 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--ns must start at 1 (the reference) and not exceed the device count")
     overrides = {k: Path(v).resolve() for k, _, v in (x.partition("=") for x in args.kernel)}
     kernels = chosen({k.strip() for k in args.only.split(",") if k.strip()}, overrides)
-    command = "python3 benchmarks/h200_scale.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
-    record = {"command": command, "commit": _git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
-              "device": _device_name(devices[0]) if devices[0].startswith("cuda") else devices[0],
+    command = "python3 -m benchmarks.h200_scale " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    record = {"command": command, "commit": git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
+              "device": device_name(devices[0]) if devices[0].startswith("cuda") else devices[0],
               "contract": "speedups within 5 % of the N = 1 run, CV <= 2 %, throughput close to N x",
               "kernels": {t: shown(k) for t, k in kernels.items()},
               "entries": []}

@@ -1,6 +1,6 @@
 """The grader's times beside an independent stopwatch, for every oracle; writes timing.json.
 
-    python3 benchmarks/h200_timing.py --out results/h200/timing.json [--gradings 5] [--only 28_tirx,02_cutedsl]
+    python3 -m benchmarks.h200_timing --out results/h200/timing.json [--gradings 5] [--only 28_tirx,02_cutedsl]
                                       [--paths mkb_grade,judge] [--merge]
 
 For each oracle kernel under ``oracles/``:
@@ -32,13 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.h200_judge import device_name, git_commit, sandbox_submit, start_judge
+from metakernelbench.problems import find_problem, oracle_files
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from h200_judge import _device_name, _git_commit, sandbox_submit, start_judge  # noqa: E402
-
-from metakernelbench.problems import find_problem, oracle_files  # noqa: E402
 
 
 def oracles(only: set[str] | None) -> list[tuple[str, str, str, Path]]:
@@ -53,8 +50,8 @@ def oracles(only: set[str] | None) -> list[tuple[str, str, str, Path]]:
 
 
 def independent(problem_file: Path, kernel: Path) -> dict:
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "independent_loop.py"), str(problem_file),
-                           str(kernel)], capture_output=True, text=True, timeout=900)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.independent_loop", str(problem_file),
+                           str(kernel)], capture_output=True, text=True, timeout=900, cwd=REPO)
     if done.returncode != 0:
         return {"error": done.stderr[-2000:]}
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -153,11 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interleave", action="store_true",
                    help="run the independent loop between gradings too (each grading gets its own neighbours)")
     args = p.parse_args(argv)
-    command = "python3 benchmarks/h200_timing.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = "python3 -m benchmarks.h200_timing " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     only = {k.strip() for k in args.only.split(",") if k.strip()} or None
     paths = [x.strip() for x in args.paths.split(",") if x.strip()]
-    run = {"command": command, "commit": _git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
-           "device": _device_name(args.device), "gradings": args.gradings, "interleave": args.interleave}
+    run = {"command": command, "commit": git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
+           "device": device_name(args.device), "gradings": args.gradings, "interleave": args.interleave}
     record: dict = {"contract": "grader kernel_ms within 5 % or 10 us of the independent loop; speedup CV <= 2 %",
                     "runs": [], "entries": []}
     if args.merge and args.out.exists():
@@ -169,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         work.chmod(0o711)
         state = work / "state"
         proc, url = start_judge(state, args.device, [])
-        from metakernelbench.verifier.judge.client import JudgeClient
+        from metakernelbench.judge.client import JudgeClient
 
         judge = (proc, url, JudgeClient(url, (state / "admin.token").read_text().strip()), work)
 

@@ -1,6 +1,6 @@
 """Where the candidate worker's extra host time comes from: the real worker, driven call by call.
 
-    python3 benchmarks/h200_worker.py --problem 28 --kernel oracles/mlp_norm/28_..._tirx.py --dsl tirx [--out FILE]
+    python3 -m benchmarks.h200_worker --problem 28 --kernel oracles/mlp_norm/28_..._tirx.py --dsl tirx [--out FILE]
 
 A plain loop in a process of its own (``h200_drift``'s runner) runs the kernel faster than the
 grader's candidate worker does. This starts the real workers (``launch.start_workers``) once per
@@ -28,8 +28,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 CONFIGS = {"default": {}, "unpinned": {"pin_cores": False}, "hot": {"hot_wait_ms": 50.0}}
 
@@ -68,8 +66,8 @@ def main() -> int:
     import random
 
     import torch
-    from h200_drift import Runner
 
+    from benchmarks.h200_drift import Runner
     from metakernelbench.problems import find_problem
     from metakernelbench.verifier.checks import correctness
     from metakernelbench.verifier.evaluation import Evaluation
@@ -78,7 +76,8 @@ def main() -> int:
     problem = find_problem(args.problem)
     kernel = Path(args.kernel).resolve()
     plain = Runner(str(problem.spec.path), str(kernel), args.device)
-    record: dict = {"what": __doc__.strip().splitlines()[0], "command": " ".join(sys.argv), "configs": {}}
+    record: dict = {"what": __doc__.strip().splitlines()[0],
+                    "command": " ".join(["python3 -m benchmarks.h200_worker", *sys.argv[1:]]), "configs": {}}
     variants = args.variants.split(",")
     for name in args.configs.split(","):
         config = GradeConfig(**CONFIGS[name])

@@ -1,6 +1,6 @@
 """A plain timing loop written outside the grader: the stopwatch a user holds against `mkb grade`.
 
-    python benchmarks/independent_loop.py PROBLEM_FILE KERNEL_FILE [--warmup 10 --timed 50 --eager-timed 100]
+    python -m benchmarks.independent_loop PROBLEM_FILE KERNEL_FILE [--warmup 10 --timed 50 --eager-timed 100]
 
 It imports nothing of ``metakernelbench.verifier``: the problem file and the kernel file are loaded
 as plain modules in this one process. Each call gets a fresh draw (``make_inputs`` with its own

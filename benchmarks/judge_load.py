@@ -1,6 +1,6 @@
 """Honest trials submitting while a hostile client floods the judge; writes a JSON record.
 
-    python3 benchmarks/judge_load.py --out results/cpu/judge-load.json [--device cpu --small] [--trials 3]
+    python3 -m benchmarks.judge_load --out results/cpu/judge-load.json [--device cpu --small] [--trials 3]
 
 It starts a judge (subprocess isolation) on a unix socket, registers ``--trials`` honest attempts
 and one hostile one, and runs them at once: each honest trial submits the honest TIRx kernel of
@@ -29,13 +29,10 @@ import threading
 import time
 from pathlib import Path
 
+from benchmarks.h200_judge import device_name, git_commit, start_judge
+from metakernelbench.judge.client import JudgeClient
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from h200_judge import _device_name, _git_commit, start_judge  # noqa: E402
-
-from metakernelbench.verifier.judge.client import JudgeClient  # noqa: E402
 
 TASK = "metakernelbench/28_fused_add_rmsnorm_h4096_llama31_8b_bf16_tirx"
 HONEST = REPO / "tests" / "exploits" / "control_honest_28.py"
@@ -132,15 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=3)
     p.add_argument("--submissions", type=int, default=2)
     args = p.parse_args(argv)
-    command = "python3 benchmarks/judge_load.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = "python3 -m benchmarks.judge_load " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     work = Path(tempfile.mkdtemp(prefix="mkb-load-"))
     work.chmod(0o711)
     state = work / "state"
     extra = ["--small", "--draws", "2", "--warmup", "2", "--timed", "5", "--rechecks", "2"] if args.small else []
     proc, url = start_judge(state, args.device, extra)
     sock_path = url.removeprefix("unix:")
-    record: dict = {"command": command, "commit": _git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
-                    "device": _device_name(args.device) if args.device != "cpu" else "cpu",
+    record: dict = {"command": command, "commit": git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
+                    "device": device_name(args.device) if args.device != "cpu" else "cpu",
                     "judge_before": _proc_stats(proc.pid)}
     try:
         admin = JudgeClient(url, (state / "admin.token").read_text().strip())

@@ -1,9 +1,9 @@
 """Grading time through the judge with its pool of warm runners off and on, interleaved; a JSON record.
 
     # a GPU host (see h200_env.sh): problem 28's TIRx oracle at the default counts
-    python3 benchmarks/judge_pool.py --out judge-pool.json --gradings 5
+    python3 -m benchmarks.judge_pool --out judge-pool.json --gradings 5
     # a CPU machine: the CPU TIRx kernel at the small workload
-    python3 benchmarks/judge_pool.py --out results/cpu/judge-pool.json --device cpu --small \\
+    python3 -m benchmarks.judge_pool --out results/cpu/judge-pool.json --device cpu --small \\
         --kernel tests/fixtures/kernels/rmsnorm_tirx_llvm.py --gradings 5
 
 It starts two judges (``serve --isolation subprocess``, one device each, the same device): one with
@@ -31,13 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.h200_judge import device_name, git_commit, start_judge
+from metakernelbench.judge.client import JudgeClient
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from h200_judge import _device_name, _git_commit, start_judge  # noqa: E402
-
-from metakernelbench.verifier.judge.client import JudgeClient  # noqa: E402
 
 PROBLEM = "28_fused_add_rmsnorm_h4096_llama31_8b_bf16"
 ORACLE = REPO / "oracles" / "mlp_norm" / f"{PROBLEM}_tirx.py"
@@ -105,14 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--judge-args", default="", help="more `serve` arguments for both judges (e.g. '--timed 20')")
     p.add_argument("--ready-timeout", type=float, default=600.0)
     args = p.parse_args(argv)
-    command = "python3 benchmarks/judge_pool.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = "python3 -m benchmarks.judge_pool " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     kernel = args.kernel.read_bytes()
     extra = (["--small"] if args.small else []) + shlex.split(args.judge_args)
     work = Path(tempfile.mkdtemp(prefix="mkb-judge-pool-"))
     work.chmod(0o711)  # evaluations may run as their own uid: they must reach their folders
     judges: dict[str, tuple] = {}
-    record: dict = {"command": command, "commit": _git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
-                    "device": _device_name(args.device) if args.device.startswith("cuda") else args.device,
+    record: dict = {"command": command, "commit": git_commit(), "date": dt.datetime.now(dt.UTC).isoformat(),
+                    "device": device_name(args.device) if args.device.startswith("cuda") else args.device,
                     "kernel": str(args.kernel), "task": args.task, "small": args.small, "judge_args": args.judge_args}
     try:
         for mode in MODES:

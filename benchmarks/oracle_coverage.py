@@ -1,8 +1,8 @@
 """Oracle coverage from ``results/h200/oracles.json``: the summary the README shows.
 
-    python benchmarks/oracle_coverage.py            # print the summary
-    python benchmarks/oracle_coverage.py --write    # put it into README.md between its markers
-    python benchmarks/oracle_coverage.py --check    # exit 1 when README.md differs from the record
+    python -m benchmarks.oracle_coverage            # print the summary
+    python -m benchmarks.oracle_coverage --write    # put it into README.md between its markers
+    python -m benchmarks.oracle_coverage --check    # exit 1 when README.md differs from the record
 
 An oracle counts as proven when the record says its final grade PASSED on the GPU and at least half
 of its GPU kernel time ran in its own DSL kernels. Per DSL and per family: proven tasks, how many
@@ -66,7 +66,7 @@ def render(record: dict | None) -> str:
     lines = [START]
     if record is None:
         lines += ["No oracle record yet: `results/h200/oracles.json` is written on a GPU by "
-                  "`python3 benchmarks/h200_oracles.py`; no oracle counts as proven until it shows it.", END]
+                  "`python3 -m benchmarks.h200_oracles`; no oracle counts as proven until it shows it.", END]
         return "\n".join(lines)
     tasks, files = record["tasks"], set(record["oracle_files"])
     rows = summary(record.get("entries", []), tasks, files)
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         text = README.read_text()
         if replace_block(text, block) != text:
             print("README.md's oracle coverage differs from results/h200/oracles.json: run "
-                  "python benchmarks/oracle_coverage.py --write")
+                  "python -m benchmarks.oracle_coverage --write")
             return 1
     else:
         print(block)

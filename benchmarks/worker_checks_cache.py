@@ -1,10 +1,10 @@
 """How much the worker's heavy per-call checks slow the host code that runs right after them.
 
-    python benchmarks/worker_checks_cache.py [--rounds 400] [--out results/cpu/worker-checks-cache.json]
+    python -m benchmarks.worker_checks_cache [--rounds 400] [--out results/cpu/worker-checks-cache.json]
 
 A short torch dispatch path (allocate, convert to DLPack, three small ops: a few microseconds of
 Python and C++, like a DSL's launch path) is timed right after either a light step (one small
-tensor op, as a plain loop's input draw) or the worker's two heavy checks (``_critical_callables``,
+tensor op, as a plain loop's input draw) or the worker's two heavy checks (``critical_callables``,
 the integrity of the grader's code, and ``Sandbox.new_native_mappings``, which parses
 ``/proc/self/maps``), interleaved in random order. Runs on a CPU; prints the two medians and their
 ratio, and what each heavy check costs by itself. The ratio is why timing-loop calls defer those
@@ -27,9 +27,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from metakernelbench.verifier import sandbox, worker  # noqa: E402
+from metakernelbench.verifier import sandbox, worker
 
 
 def main() -> int:
@@ -51,7 +49,7 @@ def main() -> int:
         return y.add_(a)
 
     before = {"light": lambda: torch.randn(16, 64),
-              "heavy_checks": lambda: (worker._critical_callables(), box.new_native_mappings())}
+              "heavy_checks": lambda: (worker.critical_callables(), box.new_native_mappings())}
     samples: dict[str, list[float]] = {k: [] for k in before}
     for r in range(args.rounds):
         for name in random.Random(r).sample(list(before), len(before)):
@@ -72,11 +70,12 @@ def main() -> int:
 
     figures = {"dispatch_us_after": {k: round(v, 2) for k, v in medians.items()},
                "ratio": round(medians["heavy_checks"] / medians["light"], 2),
-               "check_cost_us": {"critical_callables": cost_us(worker._critical_callables),
+               "check_cost_us": {"critical_callables": cost_us(worker.critical_callables),
                                  "new_native_mappings": cost_us(box.new_native_mappings)}}
     print(json.dumps(figures))
     if args.out:
-        record = {"what": __doc__.strip().splitlines()[0], "command": " ".join(["python", *sys.argv]),
+        record = {"what": __doc__.strip().splitlines()[0],
+                  "command": " ".join(["python -m benchmarks.worker_checks_cache", *sys.argv[1:]]),
                   "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                   "host": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPUs, no GPU",
                   **figures}

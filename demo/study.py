@@ -36,15 +36,15 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from metakernelbench.harbor_env import stop_judge, unshare_problem
 from metakernelbench.problems import find_problem, oracle_file
-from metakernelbench.verifier.judge.local_env import _unshare_problem, stop_judge
 
 from .scripted_model import ModelConfig, serve_in_thread
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 MODEL = "openai/mkb-scripted"
-LOCAL_ENV = "metakernelbench.verifier.judge.local_env:LocalEnvironment"
+LOCAL_ENV = "metakernelbench.harbor_env:LocalEnvironment"
 # the judge grades on the CPU at the small workloads, with fewer draws and timed calls (minutes, not hours)
 JUDGE_ARGS = "--devices cpu --small --draws 2 --warmup 2 --timed 5 --rechecks 1 --watch site"
 # on a GPU host: the graded workloads and the grader's default counts, on the first GPU
@@ -124,7 +124,7 @@ def preflight() -> None:
     """Stop early, with the reason, where the no-Docker sandbox or Terminus-2 cannot run."""
     if shutil.which("tmux") is None:
         raise SystemExit("the demonstration needs tmux (Terminus-2 runs its shell in tmux): install the tmux package")
-    why = _unshare_problem()
+    why = unshare_problem()
     if why is not None:
         raise SystemExit(f"the no-Docker sandbox cannot isolate trials here: {why}")
 

@@ -21,8 +21,8 @@ COPY pyproject.toml /src/
 COPY metakernelbench/ /src/metakernelbench/
 COPY problems/ /opt/mkb/problems/
 RUN touch /src/README.md && pip install --no-deps --no-build-isolation /src && rm -rf /src \
- && python -m metakernelbench.verifier.judge serve --help > /dev/null \
- && python -c "import metakernelbench.verifier.judge.server, metakernelbench.verifier.judge.relay, docker"
-ENTRYPOINT ["python", "-m", "metakernelbench.verifier.judge"]
+ && python -m metakernelbench.judge serve --help > /dev/null \
+ && python -c "import metakernelbench.judge.server, metakernelbench.judge.relay, docker"
+ENTRYPOINT ["python", "-m", "metakernelbench.judge"]
 CMD ["serve", "--listen", "0.0.0.0:8765", "--state", "/var/lib/mkb-judge", "--secrets-dir", "/run/mkb-judge", \
      "--isolation", "docker", "--problems-root", "/opt/mkb/problems"]

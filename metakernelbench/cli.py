@@ -12,6 +12,8 @@ import importlib.util
 
 import typer
 
+__all__ = ["HELP", "OPTIONAL_DEPENDENCIES", "app", "main"]
+
 HELP = ("MetaKernelBench: grade GPU kernels written in CuTe DSL or TIRx, build the Harbor tasks, and "
         "measure whether an agent's skill file transfers between the two DSLs.")
 
@@ -30,7 +32,7 @@ def _root() -> None:
 OPTIONAL_DEPENDENCIES = ("harbor", "docker", "matplotlib")
 _PARTS: dict[str, str | None] = {
     "metakernelbench.verifier.cli": None,
-    "metakernelbench.verifier.judge.cli": None,
+    "metakernelbench.judge.cli": None,
     "metakernelbench.adapters.cli": None,
     "metakernelbench.skill_transfer.cli": "harbor",
 }

@@ -1,7 +1,7 @@
 """The grading contract in one place: the names, numbers and tables that more than one part reads.
 
 What an agent is told (``adapters``: ``instruction.md``, ``tests/grading.json``, each task's README),
-what the grader does (``verifier``) and what the judge runs (``verifier.judge``) must never disagree,
+what the grader does (``verifier``) and what the judge runs (``judge``) must never disagree,
 so every figure they share is defined here once and imported from here (design.md §4):
 
 - the two DSLs (``DslName``, ``DSLS``) and the package each one's kernels import (``DSL_PACKAGES``);
@@ -11,14 +11,15 @@ so every figure they share is defined here once and imported from here (design.m
   least share of a call's time in DSL kernels (``MIN_DSL_SHARE``);
 - an attempt's budget as the judge enforces it and the instructions state it (``SUBMISSIONS``,
   ``ATTEMPT_MINUTES``) and the grader images the judge evaluates in (``GRADER_IMAGES``);
-- the modules a kernel may not import, with where each is refused (``forbidden_imports``).
+- the modules the audit hook refuses, and the row of the table of every forbidden module with where it
+  is refused (``ForbiddenImport``; ``verifier.forbidden`` builds the table from both enforcers).
 
 Standard library only, torch and pydantic included: the adapters, ``mkb grade --help`` and the judge's
 runner (before it imports torch) read it. ``verifier.result``, ``verifier.launch`` and
 ``verifier.grader`` re-export what they used to define (``Status``, ``SPEEDUP_CAP``, ``GradeConfig``,
 ``Verdict``), so their old import paths keep working.
 
-Files shipped verbatim into each task's sandbox (``verifier/rules.py``, ``verifier/judge/check.py``,
+Files shipped verbatim into each task's sandbox (``verifier/rules.py``, ``judge/check.py``,
 the judge client) must run there without this module, so they keep their own literals; tests hold
 them to the ones here (``tests/test_contract.py``).
 """
@@ -27,8 +28,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cache
 from typing import Any
+
+__all__ = [
+    "ATTEMPT_MINUTES", "AUDIT_FORBIDDEN_IMPORTS", "AUDIT_ONLY", "AUDIT_SUBMISSION_ONLY", "DEFAULT_TOLERANCE_FACTOR",
+    "DSLS", "DSL_PACKAGES", "DSL_PATTERN", "DslName", "Enforcer", "FOREIGN_DSL_PACKAGES", "ForbiddenImport",
+    "GRADER_IMAGES", "GradeConfig", "MIN_DSL_SHARE", "SPEEDUP_CAP", "SUBMISSIONS", "Status", "Verdict", "other_dsl",
+]
 
 
 class DslName(StrEnum):
@@ -150,7 +156,9 @@ class GradeConfig:
 #   the events a submission's own frames raise (threads, processes, native loads, frame walking),
 #   not by module. It is defined here and ``guard`` reads it.
 #
-# ``forbidden_imports()`` joins the two into one table that says, for every module, who refuses it.
+# ``verifier.forbidden.forbidden_imports()`` joins the two into one table that says, for every module,
+# who refuses it (it reads ``rules``, so it lives beside the enforcers: this module imports nothing of
+# the project).
 
 class Enforcer(StrEnum):
     STATIC = "static scan"  # verifier.rules: the AST scan of the source, before anything runs
@@ -192,23 +200,3 @@ class ForbiddenImport:
     def where(self) -> str:
         """``static scan``, ``audit hook`` or ``static scan + audit hook``."""
         return " + ".join(e.value for e in Enforcer if e in self.enforced_by)
-
-
-@cache
-def forbidden_imports() -> tuple[ForbiddenImport, ...]:
-    """Every module a kernel file may not import, in the static scan's order, then the audit hook's own
-    entries, then the foreign DSL packages; each with where it is refused (read from the enforcers'
-    own tables, so this cannot drift from what they do)."""
-    from metakernelbench.verifier import rules  # standard library only, like this module
-
-    def row(module: str, dsl: str | None = None) -> ForbiddenImport:
-        static = rules._module_rule(module, dsl or "")
-        audit = module in AUDIT_FORBIDDEN_IMPORTS or (dsl is not None and module in FOREIGN_DSL_PACKAGES[dsl])
-        by = frozenset(e for e, on in ((Enforcer.STATIC, static), (Enforcer.AUDIT, audit)) if on)
-        return ForbiddenImport(module, static or AUDIT_ONLY.get(module, ""), by, dsl,
-                               module in AUDIT_SUBMISSION_ONLY)
-
-    modules = [*rules.FORBIDDEN_MODULES, *(m for m in AUDIT_FORBIDDEN_IMPORTS if m not in rules.FORBIDDEN_MODULES)]
-    rows = [row(m) for m in modules]
-    rows += [row(pkg, dsl) for dsl in DSLS for pkg in FOREIGN_DSL_PACKAGES[dsl]]
-    return tuple(rows)

@@ -55,6 +55,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from metakernelbench.contract import DEFAULT_TOLERANCE_FACTOR, DSL_PATTERN
 
+__all__ = [
+    "FAMILIES", "FILE_PATTERN", "MATH_KINDS", "ORACLES_DIR", "PROBLEMS_DIR", "Problem", "ProblemError", "ProblemSpec",
+    "Provenance", "REPO_ROOT", "SetRule", "declared_output_count", "find_problem", "find_problem_path",
+    "load_problem", "oracle_file", "oracle_files", "problem_paths", "source_digest",
+]
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The problems tree: the repository's own, or another one named by MKB_PROBLEMS_DIR (a copy with an
 # added problem, as the add-a-problem test builds; tools take an explicit root as well).

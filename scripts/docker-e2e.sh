@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Docker mode end to end on a CPU host (docs/running.md, "The Docker path on a CPU host without an
-# image registry"): run it after any change to images/, the judge (metakernelbench/verifier/judge/),
+# image registry"): run it after any change to images/, the judge (metakernelbench/judge/),
 # the grader or the task templates; CI runs it after the test suite. It sets up what is missing (as
 # root, on a Debian host):
 #   - Docker Engine and debootstrap from Debian (apt-get install docker.io debootstrap);

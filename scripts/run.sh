@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup-dev.sh
 if .venv/bin/python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
   echo "CUDA GPU found: every oracle through its task's final grade"
-  .venv/bin/python benchmarks/h200_oracles.py --out results/local/oracles.json
+  .venv/bin/python -m benchmarks.h200_oracles --out results/local/oracles.json
   echo "a miniature four-arm transfer study with a scripted model, graded on the GPU (a demonstration, not a measurement)"
   .venv/bin/python -m demo.study --gpu --out results/local/demo
 else

@@ -13,6 +13,8 @@ step() { echo "[test $((SECONDS - started)) s] $*"; }
 workers=${MKB_TEST_WORKERS:-$(($(nproc) + 1))}
 step "ruff"
 .venv/bin/ruff check .
+step "lint-imports (the layering contracts of pyproject.toml)"
+.venv/bin/lint-imports
 checks_log=$(mktemp)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -f "$checks_log"' EXIT
 step "mkb build --check and harbor lint (scripts/lint-tasks.sh), beside pytest"

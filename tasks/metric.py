@@ -26,6 +26,8 @@ import json
 import math
 from pathlib import Path
 
+__all__ = ["dataset_metric", "main", "read_rewards"]
+
 
 def _number(value: object) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0

@@ -62,7 +62,7 @@ def _evaluations_share_uids() -> bool:
     the first of them can run this interpreter (the judge decides so: ``SubprocessIsolation._probe_uid``)."""
     if os.geteuid() != 0:
         return False
-    from metakernelbench.verifier.judge.isolation import BASE_EVAL_UID, SubprocessIsolation
+    from metakernelbench.judge.isolation import BASE_EVAL_UID, SubprocessIsolation
 
     return SubprocessIsolation._probe_uid(BASE_EVAL_UID) is None
 

@@ -16,12 +16,13 @@ import pytest
 
 from metakernelbench import contract
 from metakernelbench.contract import DSLS, Enforcer, GradeConfig, Status
+from metakernelbench.verifier.forbidden import forbidden_imports
 
 
 def test_it_imports_without_torch_or_pydantic():
     """The adapters, ``mkb grade --help`` and the judge's runner before torch read it."""
-    code = ("import sys, metakernelbench.contract as c; c.forbidden_imports(); "
-            "import metakernelbench.verifier.judge.runner; "
+    code = ("import sys, metakernelbench.contract, metakernelbench.verifier.forbidden as f; f.forbidden_imports(); "
+            "import metakernelbench.judge.runner; "
             "print(sorted(m for m in ('torch', 'pydantic', 'numpy') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
@@ -49,9 +50,10 @@ def test_the_problem_format_defaults_to_the_contracts_tolerance():
 def test_every_list_of_the_dsls_is_the_contracts():
     from metakernelbench.adapters import dsl_docs
     from metakernelbench.adapters.dsl import DSLS as VARIANTS
+    from metakernelbench.judge import check
     from metakernelbench.skill_transfer import models, submission
-    from metakernelbench.verifier import controls, hooks
-    from metakernelbench.verifier.judge import check
+    from metakernelbench.testing import controls
+    from metakernelbench.verifier import hooks
 
     assert DSLS == tuple(d.value for d in contract.DslName) == ("cutedsl", "tirx")
     assert tuple(VARIANTS) == DSLS and all(VARIANTS[d].other.key == contract.other_dsl(d) for d in DSLS)
@@ -90,8 +92,8 @@ def test_the_statuses_are_the_contracts():
 
 def test_the_judges_settings_are_gradeconfig_overrides():
     """serve's settings -> the runner's flags -> the runner's GradeConfig, one mapping all the way."""
-    from metakernelbench.verifier.judge.isolation import GradeSettings
-    from metakernelbench.verifier.judge.runner import CONFIG_FLAGS, _overrides, parse_args
+    from metakernelbench.judge.isolation import GradeSettings
+    from metakernelbench.judge.runner import CONFIG_FLAGS, _overrides, parse_args
 
     fields = {f.name for f in dataclasses.fields(GradeConfig)}
     assert set(CONFIG_FLAGS) <= fields
@@ -130,7 +132,7 @@ def test_the_audit_hook_refuses_the_contracts_list():
 def test_the_table_names_every_entry_of_both_enforcers():
     from metakernelbench.verifier import rules
 
-    table = contract.forbidden_imports()
+    table = forbidden_imports()
     rows = {(r.module, r.dsl): r for r in table}
     assert len(rows) == len(table)
     for module, reason in rules.FORBIDDEN_MODULES.items():
@@ -146,7 +148,7 @@ def test_the_table_names_every_entry_of_both_enforcers():
 def test_what_the_audit_hook_refuses_the_static_scan_refuses_too_but_the_declared_few():
     """The scan runs first, and in the sandbox's `check`: an agent should hear of a forbidden import there.
     The declared exceptions must really be exceptions (else the declaration has gone stale)."""
-    table = contract.forbidden_imports()
+    table = forbidden_imports()
     audit_only = {r.module for r in table if r.enforced_by == {Enforcer.AUDIT}}
     assert audit_only == set(contract.AUDIT_ONLY)
 
@@ -158,7 +160,7 @@ def _audit_policy(dsl: str):
     return make_policy("/nonexistent/kernel.py", (), dsl, roots=())
 
 
-@pytest.mark.parametrize("row", contract.forbidden_imports(), ids=lambda r: f"{r.module}-{r.dsl or 'any'}")
+@pytest.mark.parametrize("row", forbidden_imports(), ids=lambda r: f"{r.module}-{r.dsl or 'any'}")
 def test_each_entry_is_refused_where_the_table_says(row):
     """Asked of the enforcers themselves: the AST scan of a file importing it, and the audit hook's policy.
     (In a task of one DSL, everything under the other DSL's package is refused besides: its own rows.)"""

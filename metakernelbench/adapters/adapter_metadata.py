@@ -19,6 +19,11 @@ from metakernelbench.problems import REPO_ROOT
 
 from . import config
 
+__all__ = [
+    "AdapterMetadata", "HarborAdapter", "OriginalBenchmark", "PATH", "adapter_metadata", "adapter_metadata_json",
+    "has_oracle", "published_tasks",
+]
+
 PATH = Path("adapters") / "metakernelbench" / "adapter_metadata.json"  # the adapter's folder in Harbor's layout
 
 

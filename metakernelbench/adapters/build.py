@@ -35,6 +35,12 @@ from .manifest import manifest_toml, metric_bytes
 from .registry import registry_json
 from .render import TaskFile, image_files, render_task, task_dir_name
 
+__all__ = [
+    "BuildReport", "FOREIGN_HINT", "ForeignTaskError", "METRIC_FILE", "README_FILE", "TASK_DIR", "TOP_MANIFEST",
+    "build", "check", "check_images", "check_top_manifest", "expected_dirs", "foreign_dirs", "link_top_manifest",
+    "load_problems", "select", "write_dataset_files", "write_images", "write_task",
+]
+
 # A folder under tasks/ that the generator owns; anything else there is left alone.
 TASK_DIR = re.compile(rf"^\d{{2}}_[a-z0-9_]+_({DSL_PATTERN})$")
 _IGNORED = ("__pycache__", ".pyc")

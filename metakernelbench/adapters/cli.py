@@ -8,6 +8,8 @@ import typer
 
 from metakernelbench.problems import ProblemError
 
+__all__ = ["register"]
+
 
 def register(app: typer.Typer) -> None:
     """Add ``build`` to the ``mkb`` app."""

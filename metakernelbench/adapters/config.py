@@ -11,6 +11,15 @@ from __future__ import annotations
 
 from metakernelbench import contract
 
+__all__ = [
+    "AGENT_TIMEOUT_SEC", "AUTHORS", "BASE_IMAGE", "BUILD_TIMEOUT_SEC", "CATEGORY", "COMMON_PINS", "CORRECTNESS_DRAWS",
+    "DATASET_DESCRIPTION", "DATASET_NAME", "DATASET_VERSION", "DEFAULT_TOLERANCE_FACTOR", "GRADER_IMAGES",
+    "GRADE_TIMEOUT_MARGIN_SEC", "HUB_DATASET_NAME", "JUDGE_IMAGE", "JUDGE_NETWORK", "JUDGE_PINS", "JUDGE_PORT",
+    "JUDGE_SECRETS_VOLUME", "JUDGE_STATE_VOLUME", "JUDGE_URL", "MIN_DSL_SHARE", "ORG", "RECHECKS", "RELAY_URL",
+    "SANDBOX_CPUS", "SANDBOX_MEMORY_MB", "SPEEDUP_CAP", "SUBMISSIONS", "TASK_LICENSE", "TIMED_CALLS", "VERIFIER_CPUS",
+    "VERIFIER_MEMORY_MB", "VERIFIER_TIMEOUT_SEC", "WARMUP_CALLS",
+]
+
 # One dataset name everywhere: ``metakernelbench`` in registry.json (``harbor run --dataset
 # metakernelbench``); Harbor Hub packages are ``org/name``, so there it is the same name under the
 # organisation of the same name (``metakernelbench/metakernelbench``), as are the tasks.
@@ -66,7 +75,7 @@ COMMON_PINS = (
     "setuptools==80.9.0",
 )
 
-# The judge (verifier/judge): its image, the per-DSL grader images it starts one container of per
+# The judge (metakernelbench/judge): its image, the per-DSL grader images it starts one container of per
 # evaluation, and the Docker network and volume that connect trials to it (images/judge-compose.yaml).
 JUDGE_IMAGE = "metakernelbench/judge:0.1.0"
 GRADER_IMAGES = contract.GRADER_IMAGES

@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict
 
 from metakernelbench.contract import other_dsl
 
+__all__ = ["DSLS", "Dsl"]
+
 
 class Dsl(BaseModel):
     """One DSL variant: its task-name suffix, display name and the packages of its images."""

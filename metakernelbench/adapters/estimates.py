@@ -27,6 +27,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+__all__ = [
+    "EASY_BELOW", "Estimate", "JUNIOR_FACTOR", "LINES_PER_MIN", "MEDIUM_BELOW", "READING_MIN", "RULE", "code_lines",
+    "estimate",
+]
+
 EASY_BELOW = 150
 MEDIUM_BELOW = 300
 READING_MIN = 30

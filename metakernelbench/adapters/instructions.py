@@ -19,6 +19,8 @@ from .templating import render
 from .text_numbers import check_description
 from .workload import VARIES, InputInfo, describe_inputs
 
+__all__ = ["instruction_md"]
+
 
 def _code_list(names: tuple[str, ...] | list[str]) -> str:
     quoted = [f"`{n}`" for n in names]

@@ -20,7 +20,7 @@ of problems that do not fit an 80 GB card is generated from the record this modu
 The candidate kernel's own working memory is the submission's and is not in the estimate: what is
 left of the card under the planned peak is what a kernel may use (``left_for_kernel``). The
 estimates are a model (CUDA contexts and the caching allocator's rounding are approximations); the
-peak measured on a GPU is recorded beside them (``benchmarks/h200_problems.py --grade-peak``).
+peak measured on a GPU is recorded beside them (``python3 -m benchmarks.h200_problems --grade-peak``).
 """
 
 from __future__ import annotations
@@ -41,6 +41,12 @@ from metakernelbench.problem_kit import anchor_mode
 from metakernelbench.problems import REPO_ROOT, Problem, load_problem, problem_paths
 from metakernelbench.verifier import memory
 from metakernelbench.verifier.tensors import clone_inputs, promote_floats, snapshot_graded
+
+__all__ = [
+    "CARD_BYTES", "END", "FootprintError", "MEASURED", "META", "README", "RECORD", "RELAXED", "SHADOW_BYTES",
+    "SHADOW_FLOPS", "START", "estimate", "footprint", "main", "measured_peaks", "readme_block", "record",
+    "write_readme",
+]
 
 SHADOW_BYTES = 512 << 20  # tensors above this are shapes only (meta)
 SHADOW_FLOPS = 2e10  # products above this are shapes only, whatever their operands
@@ -277,7 +283,7 @@ def _measured(problem: str, measured: dict[str, dict]) -> str:
 
 
 def measured_peaks(path: Path = MEASURED) -> dict[str, dict]:
-    """Per problem, the final-grade peaks ``benchmarks/h200_problems.py --grade-peak`` recorded."""
+    """Per problem, the final-grade peaks ``python3 -m benchmarks.h200_problems --grade-peak`` recorded."""
     if not path.is_file():
         return {}
     return {r["problem"]: r.get("final_grade_peak_gib") or {} for r in json.loads(path.read_text())["problems"]}

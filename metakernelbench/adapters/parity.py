@@ -29,6 +29,8 @@ from pydantic import BaseModel
 
 from . import config
 
+__all__ = ["BENCHMARK_NAME", "Grade", "KernelParity", "KernelRun", "ORIGINAL_REPO", "kernel_table", "parity_experiment"]
+
 BENCHMARK_NAME = "MetaKernelBench"
 ORIGINAL_REPO = "https://github.com/YIGE24/MetaKernelBench"
 

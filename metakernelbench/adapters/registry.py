@@ -31,6 +31,8 @@ from harbor.models.registry import DatasetSpec
 
 from . import config
 
+__all__ = ["REGISTRY_NAME", "git_registry_json", "local_registry_json", "registry_json", "task_name"]
+
 REGISTRY_NAME = config.DATASET_NAME
 
 

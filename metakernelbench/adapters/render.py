@@ -18,7 +18,7 @@ Layout of a task (``tasks/<NN>_<slug>_<dsl>/``)::
                     client): the separate verifier container, which asks the judge for the grade
     solution/       solve.sh (+ kernel.py when an oracle exists)
 
-The grader itself runs in the judge (``verifier/judge``), in the per-DSL grader images rendered by
+The grader itself runs in the judge (``metakernelbench.judge``), in the per-DSL grader images rendered by
 ``image_files`` into ``images/`` together with the judge's own image and compose file.
 
 The judge client (``client.py``) is in a task twice on purpose: ``environment/`` builds the image the
@@ -36,6 +36,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import metakernelbench
+import metakernelbench.judge
 import metakernelbench.verifier
 from metakernelbench.problem_kit import CAPTURED_SUFFIX
 from metakernelbench.problems import Problem, oracle_file
@@ -46,6 +47,11 @@ from .estimates import Estimate, estimate
 from .instructions import instruction_md
 from .task_readme import task_readme
 from .templating import render, template_text
+
+__all__ = [
+    "DOCKER_NETWORK", "REMOTE_NETWORK", "SANDBOX_CLIENT", "TaskFile", "VERIFIER_CLIENT", "compose_values",
+    "image_files", "oracle_path", "render_task", "task_dir_name", "task_name",
+]
 
 # The judge client modules copied into the images (standard library only): sandbox and verifier.
 SANDBOX_CLIENT = ("client.py", "submit.py", "check.py")
@@ -186,18 +192,19 @@ def _base_image(dsl: Dsl, task: str, role: str) -> str:
 
 def _judge_client(prefix: str, modules: tuple[str, ...]) -> dict[str, TaskFile]:
     """The judge client modules, at their package paths under ``prefix`` (no grader code)."""
-    judge = Path(metakernelbench.verifier.__file__).parent / "judge"
+    judge = Path(metakernelbench.judge.__file__).parent
     files = {
         f"{prefix}/metakernelbench/__init__.py": TaskFile.text(_PKG_DOC),
-        f"{prefix}/metakernelbench/verifier/__init__.py": TaskFile.text(_PKG_DOC),
-        f"{prefix}/metakernelbench/verifier/judge/__init__.py": TaskFile.text(_PKG_DOC),
+        f"{prefix}/metakernelbench/judge/__init__.py": TaskFile.text(_PKG_DOC),
     }
     for name in modules:
-        files[f"{prefix}/metakernelbench/verifier/judge/{name}"] = TaskFile((judge / name).read_bytes())
+        files[f"{prefix}/metakernelbench/judge/{name}"] = TaskFile((judge / name).read_bytes())
     return files
 
 
-def _compose_values() -> dict[str, str]:
+def compose_values() -> dict[str, str]:
+    """The judge's image, network, volume and address as every compose template names them
+    (Harbor's tasks here, Terminal-Bench's in ``terminal_bench``)."""
     return {"judge_image": config.JUDGE_IMAGE, "network": config.JUDGE_NETWORK,
             "secrets_volume": config.JUDGE_SECRETS_VOLUME, "port": str(config.JUDGE_PORT),
             "judge_url": config.JUDGE_URL, "base_image": config.BASE_IMAGE}
@@ -213,7 +220,7 @@ def _sandbox_files(problem: Problem, dsl: Dsl, task: str) -> dict[str, TaskFile]
         ),
         "environment/docker-compose.yaml": TaskFile.text(
             render("environment/docker-compose.yaml", task=task, minutes=str(config.AGENT_TIMEOUT_SEC // 60),
-                   **_compose_values())
+                   **compose_values())
         ),
         "environment/submit": TaskFile.text(template_text("environment/submit"), executable=True),
         "environment/check": TaskFile.text(render("environment/check", dsl=dsl.key), executable=True),
@@ -228,6 +235,7 @@ def _sandbox_files(problem: Problem, dsl: Dsl, task: str) -> dict[str, TaskFile]
     files |= _judge_client("environment", SANDBOX_CLIENT)
     # the static rules as the judge applies them (standard library only; they hold no secret)
     rules = Path(metakernelbench.verifier.__file__).parent / "rules.py"
+    files["environment/metakernelbench/verifier/__init__.py"] = TaskFile.text(_PKG_DOC)
     files["environment/metakernelbench/verifier/rules.py"] = TaskFile(rules.read_bytes())
     files["environment/metakernelbench/__init__.py"] = TaskFile.text(
         '"""The part of MetaKernelBench that problem files import, and the `submit` client; the grader is not here."""'
@@ -268,7 +276,7 @@ def _verifier_files(problem: Problem, dsl: Dsl, task: str) -> dict[str, TaskFile
         "tests/Dockerfile": TaskFile.text(
             render("tests/Dockerfile", task=task, dsl=dsl.key, base_image=config.BASE_IMAGE)
         ),
-        "tests/docker-compose.yaml": TaskFile.text(render("tests/docker-compose.yaml", **_compose_values())),
+        "tests/docker-compose.yaml": TaskFile.text(render("tests/docker-compose.yaml", **compose_values())),
         "tests/test.sh": TaskFile.text(
             render(
                 "tests/test.sh",
@@ -301,7 +309,7 @@ def image_files() -> dict[str, TaskFile]:
         judge_pins=" ".join(config.JUDGE_PINS), port=str(config.JUDGE_PORT)))
     files["images/judge-compose.yaml"] = TaskFile.text(render(
         "images/judge-compose.yaml", grader_cutedsl=config.GRADER_IMAGES["cutedsl"],
-        grader_tirx=config.GRADER_IMAGES["tirx"], state_volume=config.JUDGE_STATE_VOLUME, **_compose_values()))
+        grader_tirx=config.GRADER_IMAGES["tirx"], state_volume=config.JUDGE_STATE_VOLUME, **compose_values()))
     return files
 
 

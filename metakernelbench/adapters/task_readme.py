@@ -14,6 +14,8 @@ from .dsl import Dsl
 from .estimates import RULE, Estimate
 from .templating import render
 
+__all__ = ["task_readme"]
+
 
 def _times(found: Estimate) -> str:
     if found.expert_time_estimate_min is None:

@@ -12,6 +12,8 @@ import re
 from functools import cache
 from importlib import resources
 
+__all__ = ["TemplateError", "fill", "render", "template_text"]
+
 _PLACEHOLDER = re.compile(r"\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}")
 
 

@@ -30,8 +30,10 @@ from metakernelbench.problems import Problem
 from . import config
 from .build import load_problems, select, write_task
 from .dsl import DSLS, Dsl
-from .render import TaskFile, _compose_values, render_task, task_dir_name, task_name
+from .render import TaskFile, compose_values, render_task, task_dir_name, task_name
 from .templating import render
+
+__all__ = ["author_name", "build_terminal_bench", "render_tb_task", "task_yaml"]
 
 
 def author_name() -> str:
@@ -74,7 +76,7 @@ def render_tb_task(problem: Problem, dsl: Dsl, oracles: Path) -> dict[str, TaskF
              if rel.startswith("environment/") and not rel.endswith("docker-compose.yaml")}
     files |= {rel: f for rel, f in harbor.items() if rel.startswith("tests/client/") or rel == "tests/grading.json"}
     files["task.yaml"] = TaskFile.text(task_yaml(problem, dsl, harbor["instruction.md"].content.decode()))
-    values = {**_compose_values(), "relay_url": config.RELAY_URL}
+    values = {**compose_values(), "relay_url": config.RELAY_URL}
     files["docker-compose.yaml"] = TaskFile.text(render(
         "terminal-bench/docker-compose.yaml", task=task, minutes=str(config.AGENT_TIMEOUT_SEC // 60), **values))
     files["run-tests.sh"] = TaskFile.text(render(

@@ -39,6 +39,8 @@ from metakernelbench.problems import Problem, ProblemError
 
 from .workload import describe_inputs
 
+__all__ = ["NOT_GRADED", "UNCHECKED", "backing_numbers", "check_description", "quoted_numbers", "unbacked_numbers"]
+
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _NAME_BEFORE_HYPHEN = re.compile(r"([A-Za-z][\w.\-]*)-$")
 _SETTING = re.compile(r"\b[A-Z]{2,}=$")  # TP=8, EP=32: a deployment setting of the source

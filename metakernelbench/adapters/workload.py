@@ -21,6 +21,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from metakernelbench.problems import Problem
 
+__all__ = ["InputInfo", "VARIES", "describe_inputs"]
+
 _aten = torch.ops.aten
 _RUNS = (0, 1)  # seed and placeholder salt of each run
 

@@ -23,16 +23,20 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from metakernelbench.contract import other_dsl
+
 from . import metrics, prompts
 from .annotation_models import LAYERS, AnnotationRecord, Answer
 from .compare import build_comparisons, chosen_attempts
 from .llm import Annotator
-from .models import STATUS_SKIPPED, Attempt, Comparison, direction_of, other_dsl, split_direction
+from .models import STATUS_SKIPPED, Attempt, Comparison, direction_of, split_direction
 from .quotes import missing_quotes
 from .rubric import RUBRIC_VERSION
 from .skill import read_skill, skill_from_attachment
 from .trajectory import read_trajectory
 from .trials import TrialReadError, iter_trial_dirs, read_trial
+
+__all__ = ["Item", "Materials", "build_items", "default_output", "index_trials", "read_annotations", "run_items"]
 
 
 def default_output(attempts_path: Path, pass_id: int = 1) -> Path:

@@ -16,6 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from .models import Direction, Dsl
 from .rubric import Category, FailureClass, FollowLevel
 
+__all__ = [
+    "ANSWER_SCHEMAS", "AnnotationRecord", "Answer", "CategoryLabel", "FailureAnswer", "FollowAnswer", "LAYERS",
+    "Layer", "PropagationAnswer", "SkillLabels", "SourceClaim",
+]
+
 Layer = Literal["labels", "follow", "propagation", "failure"]
 LAYERS: tuple[str, ...] = ("labels", "follow", "propagation", "failure")
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from .annotation_tables import AnnotationTables
 from .tables import pct
 
+__all__ = ["Section", "provenance_line", "sections"]
+
 Section = tuple[str, tuple[str, ...], list[list[object]], str]
 
 

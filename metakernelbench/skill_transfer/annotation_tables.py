@@ -29,6 +29,12 @@ from .annotation_models import LAYERS, AnnotationRecord, FailureAnswer, FollowAn
 from .models import DIRECTIONS, Comparison
 from .rubric import CATEGORIES, FAILURE_CLASSES
 
+__all__ = [
+    "AgreementRow", "AnnotationTables", "CI", "CoverageRow", "FailureRow", "FollowRow", "LabelRow", "PropagationRow",
+    "SpearmanRow", "agreement_rows", "annotation_tables", "coverage_rows", "failure_rows", "follow_rows",
+    "label_rows", "outcome_group", "propagation_rows", "provenance", "spearman_rows",
+]
+
 CI = tuple[float, float] | None
 
 

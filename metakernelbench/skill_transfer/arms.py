@@ -38,10 +38,19 @@ from harbor.models.trial.paths import TrialPaths
 from harbor.models.trial.result import TrialResult
 from pydantic import BaseModel, ConfigDict
 
+from metakernelbench.contract import DSLS
+
 from .families import parse_task_name
-from .models import DIRECTIONS, DSLS, STATUS_INFRA, split_direction
+from .models import DIRECTIONS, STATUS_INFRA, split_direction
 from .skill import render_attachment
 from .trials import TrialOutcome, TrialReadError, is_trial_dir, read_trial
+
+__all__ = [
+    "ArmEntry", "ArmsError", "ArmsManifest", "ArmsOptions", "BUDGET_FIELDS", "DEFAULT_ARTIFACTS", "JOB_FIELDS",
+    "budget_view", "check_pair_budgets", "discover_tasks", "dump_config", "finished_trials", "model_slug",
+    "plan_arms", "recorded_job_config", "solo_config", "solo_job_name", "task_budget", "transfer_config",
+    "transfer_job_name", "write_config",
+]
 
 DEFAULT_ARTIFACTS = ("/app/SKILL.md", "/app/kernel.py")
 # Everything a trial's behaviour depends on apart from its task and its instruction attachments.

@@ -34,8 +34,10 @@ from metakernelbench.adapters import config
 from metakernelbench.adapters.dataset_metric import dataset_metric
 
 from .families import parse_task_name
-from .submission import ARMS, _arm, check_submission, dataset_version
+from .submission import ARMS, arm_name, check_submission, dataset_version
 from .trials import iter_trial_dirs
+
+__all__ = ["LEADERBOARD", "RejectedSubmission", "Submission", "figures", "write_bundle"]
 
 LEADERBOARD = f"{config.HUB_DATASET_NAME}/main"  # org/package/name of the committed leaderboard config
 
@@ -80,7 +82,8 @@ def figures(job_dirs: list[Path]) -> tuple[dict[str, float | int], list[UUID], T
     rewards = [_reward(d) for _, d in trials]
     metrics: dict[str, float | int] = dict(dataset_metric(rewards))
     for arm in ARMS:
-        in_arm = [_reward(d) for r, d in trials if _arm(r, parse_task_name(r.task_name.rpartition("/")[2])[1]) == arm]
+        in_arm = [_reward(d) for r, d in trials
+                  if arm_name(r, parse_task_name(r.task_name.rpartition("/")[2])[1]) == arm]
         for key, value in dataset_metric(in_arm).items():
             if key in ("score", "pass_rate", "geomean_speedup"):
                 metrics[f"{key}_{arm}"] = value

@@ -13,6 +13,11 @@ import typer
 # commands, so that `mkb <command> --help` answers at once.
 from .annotation_models import LAYERS
 
+__all__ = [
+    "annotate_cmd", "arms", "check_submission_cmd", "collect_cmd", "compare_cmd", "register", "report_cmd",
+    "skill_check", "submission_cmd",
+]
+
 
 def _parse_kwargs(pairs: list[str]) -> dict[str, object]:
     out: dict[str, object] = {}
@@ -42,8 +47,10 @@ def arms(
     base_config: Annotated[Path | None, typer.Option(help="A JobConfig YAML/JSON to start from.")] = None,
 ) -> None:
     """Write Harbor job configs for a model's four arms; rerun as solo trials finish."""
+    from metakernelbench.contract import DSLS
+
     from .arms import ArmsError, ArmsOptions, plan_arms
-    from .models import DIRECTIONS, DSLS
+    from .models import DIRECTIONS
 
     opts = ArmsOptions(
         model=model,

@@ -13,11 +13,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from metakernelbench.contract import other_dsl
+
 from .families import family_of
 from .hygiene import check_skill
-from .models import STATUS_INFRA, STATUS_SKIPPED, Attempt, other_dsl
+from .models import STATUS_INFRA, STATUS_SKIPPED, Attempt
 from .skill import skill_from_attachment
 from .trials import TrialOutcome, TrialReadError, iter_trial_dirs, read_trial
+
+__all__ = ["CollectStats", "collect", "outcomes_to_attempts", "read_attempts"]
 
 
 @dataclass

@@ -32,6 +32,8 @@ from .models import (
     split_direction,
 )
 
+__all__ = ["build_comparisons", "chosen_attempts", "compare", "make_cell"]
+
 
 def _pick(attempts: Iterable[Attempt]) -> tuple[dict[tuple, Attempt], set[tuple], dict[str, int]]:
     """(chosen valid attempt per key, keys seen only as INFRA_ERROR, superseded count per model)."""

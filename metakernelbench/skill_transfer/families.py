@@ -16,6 +16,8 @@ from pathlib import Path
 from metakernelbench.contract import DSL_PATTERN
 from metakernelbench.problems import FAMILIES, PROBLEMS_DIR, problem_paths
 
+__all__ = ["FAMILY_ID_RANGES", "family_from_id", "family_of", "parse_task_name"]
+
 # Inclusive id ranges of the 74 published problems, by family (catalog.toml numbering).
 FAMILY_ID_RANGES: tuple[tuple[int, int, str], ...] = (
     (1, 18, "attention"),

@@ -23,6 +23,8 @@ import re
 
 from pydantic import BaseModel, ConfigDict
 
+__all__ = ["HygieneReport", "KINDS", "Violation", "check_skill"]
+
 KINDS: tuple[str, ...] = ("fenced_code", "inline_code", "shell_command", "api_call")
 
 _FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")

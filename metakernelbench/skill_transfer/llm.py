@@ -27,6 +27,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from .annotation_models import ANSWER_SCHEMAS, Answer
 from .rubric import RUBRIC_VERSION
 
+__all__ = [
+    "Annotator", "AnnotatorError", "AnnotatorSettings", "Checker", "Reply", "TRANSIENT", "extract_json",
+    "parse_answer",
+]
+
 # LiteLLM fetches its price list from the network when imported; annotations need no prices.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 

@@ -25,6 +25,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+__all__ = [
+    "CLIP", "HARM", "HELP", "REL_TOL", "at_least", "at_most", "bootstrap_lift_ci", "cell_rng", "harm_rate", "harmed",
+    "help_rate", "helped", "lift", "paired_ratio", "standing",
+]
+
 CLIP = 4.0
 HELP = 5 / 4
 HARM = 4 / 5

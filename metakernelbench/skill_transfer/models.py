@@ -13,7 +13,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from metakernelbench.contract import DSLS, Status, other_dsl  # noqa: F401 - DSLS: imported from here too
+from metakernelbench.contract import Status, other_dsl
+
+__all__ = [
+    "Arm", "Attempt", "Cell", "CompareResult", "Comparison", "DIRECTIONS", "Direction", "Dsl", "Exclusions",
+    "GRADER_STATUSES", "Outcome", "ReverseRow", "STANDINGS", "STATUS_FAILED_UNKNOWN", "STATUS_INFRA",
+    "STATUS_SKIPPED", "Standing", "StandingRow", "direction_of", "split_direction",
+]
 
 Dsl = Literal["cutedsl", "tirx"]  # the contract's DSLS, spelled out for the type checker (tests/test_contract.py)
 Arm = Literal["solo", "transfer"]

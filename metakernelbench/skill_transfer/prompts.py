@@ -12,6 +12,10 @@ import json
 from .annotation_models import ANSWER_SCHEMAS
 from .rubric import CATEGORIES, FAILURE_CLASSES, FOLLOW_LEVELS, render_definitions
 
+__all__ = [
+    "COMMON", "FAILURE", "FOLLOW", "INSTRUCTIONS", "LABELS", "PROPAGATION", "messages", "section", "system_prompt",
+]
+
 COMMON = """\
 You annotate material from a benchmark of GPU-kernel agents. An agent attempted a kernel problem in \
 one kernel DSL (CuTe DSL or TIRx) and wrote a skill file of what it learned; the skill may have been \

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+__all__ = ["missing_quotes", "normalise", "quote_found"]
+
 _ELLIPSIS = re.compile(r"\s*(?:\.\.\.|…)\s*")
 _SPACE = re.compile(r"\s+")
 # Straight and curly quotes and dashes differ between a copy and its source more often than words do.

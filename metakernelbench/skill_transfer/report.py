@@ -25,6 +25,11 @@ from .hygiene import KINDS
 from .models import DIRECTIONS, STANDINGS, STATUS_SKIPPED, Attempt, CompareResult
 from .tables import CELL_HEADERS, cell_rows, md_table, pct, render_tables
 
+__all__ = [
+    "CSS", "DEFINITIONS", "HYGIENE_HEADERS", "PASS_HEADERS", "charts", "hygiene_rows", "pass_rate_rows",
+    "render_html", "render_markdown", "write_report",
+]
+
 DEFINITIONS = """\
 Per (model, problem, direction) the transfer attempt is compared with the solo attempt on the same
 target task: r = t_solo / t_transfer clipped to [1/4, 4] when both pass; r = 4 for a rescue (only

@@ -14,6 +14,11 @@ from __future__ import annotations
 
 from typing import Literal
 
+__all__ = [
+    "CATEGORIES", "Category", "FAILURE_CLASSES", "FOLLOW_LEVELS", "FailureClass", "FollowLevel", "PRESCRIBED",
+    "RUBRIC_VERSION", "render_definitions",
+]
+
 RUBRIC_VERSION = "1.0"
 
 Category = Literal[

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+__all__ = ["HEADER", "SKILL_ARTIFACT", "read_skill", "render_attachment", "skill_from_attachment"]
+
 SKILL_ARTIFACT = Path("artifacts") / "app" / "SKILL.md"
 
 HEADER = "## Notes from a previous attempt\n\n"

@@ -12,6 +12,8 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
+__all__ = ["bootstrap_share_ci", "bootstrap_spearman_ci", "cohen_kappa", "ranks", "share", "spearman"]
+
 
 def share(numerators: Sequence[float], denominators: Sequence[float]) -> float | None:
     """sum(numerators) / sum(denominators), None when the denominator is 0."""

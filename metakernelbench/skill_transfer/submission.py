@@ -38,6 +38,11 @@ from metakernelbench.contract import DSLS, SPEEDUP_CAP
 from .families import parse_task_name
 from .trials import GradeView, TrialReadError, arm_of, iter_trial_dirs
 
+__all__ = [
+    "AGENT_OVERRIDES", "ARMS", "ENV_OVERRIDES", "MULTIPLIERS", "SPEEDUP_CAP", "SubmissionReport", "arm_name",
+    "check_submission", "dataset_version",
+]
+
 ARMS = ("solo_cutedsl", "solo_tirx", "cutedsl2tirx", "tirx2cutedsl")
 MULTIPLIERS = ("timeout_multiplier", "agent_timeout_multiplier", "verifier_timeout_multiplier",
                "agent_setup_timeout_multiplier", "environment_build_timeout_multiplier")
@@ -58,7 +63,8 @@ class SubmissionReport(BaseModel):
         return not self.problems
 
 
-def _arm(result: TrialResult, dsl: str) -> str:
+def arm_name(result: TrialResult, dsl: str) -> str:
+    """The arm a trial of a ``dsl`` task belongs to (``solo_tirx``, ``cutedsl2tirx``, ...)."""
     kind, source = arm_of(result)
     return f"solo_{dsl}" if kind == "solo" else f"{source}2{dsl}"
 
@@ -173,7 +179,7 @@ def check_submission(job_dirs: list[Path], reference_tasks: Path) -> SubmissionR
             task_dir_name = result.task_name.rpartition("/")[2]
             try:
                 _problem, dsl = parse_task_name(task_dir_name)
-                arm = _arm(result, dsl)
+                arm = arm_name(result, dsl)
             except (ValueError, TrialReadError) as exc:
                 problems.append(f"{trial_dir.name}: {exc}")
                 continue

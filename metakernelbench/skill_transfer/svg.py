@@ -12,6 +12,11 @@ import math
 from collections.abc import Sequence
 from html import escape
 
+__all__ = [
+    "FAMILY_COLOURS", "FONT", "HARM_COLOUR", "HELP_COLOUR", "TICKS", "heatmap", "lift_forest", "problem_strip",
+    "standing_bars",
+]
+
 FAMILY_COLOURS = {
     "attention": "#4e79a7",
     "kv_cache": "#f28e2b",

@@ -9,6 +9,8 @@ from collections.abc import Iterable, Sequence
 
 from .models import Cell, CompareResult
 
+__all__ = ["CELL_HEADERS", "cell_rows", "ci", "md_table", "pct", "render_tables"]
+
 
 def pct(x: float | None, signed: bool = False) -> str:
     if x is None:

@@ -15,6 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+__all__ = ["TRAJECTORY", "clip", "read_trajectory", "render_steps"]
+
 TRAJECTORY = Path("agent") / "trajectory.json"
 
 

@@ -26,9 +26,16 @@ from harbor.models.trial.paths import TrialPaths
 from harbor.models.trial.result import TrialResult
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from metakernelbench.contract import other_dsl
+
 from .families import parse_task_name
-from .models import DIRECTIONS, STATUS_FAILED_UNKNOWN, STATUS_INFRA, other_dsl, split_direction
+from .models import DIRECTIONS, STATUS_FAILED_UNKNOWN, STATUS_INFRA, split_direction
 from .skill import read_skill
+
+__all__ = [
+    "GradeView", "INFRA_CAUSES", "TrialOutcome", "TrialReadError", "arm_of", "is_trial_dir", "iter_trial_dirs",
+    "model_of", "read_trial",
+]
 
 # Harbor failure causes that say the attempt was cut short by something other than the agent.
 INFRA_CAUSES = {

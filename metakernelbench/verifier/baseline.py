@@ -26,6 +26,8 @@ from pydantic import BaseModel, ConfigDict
 
 from metakernelbench.problems import source_digest
 
+__all__ = ["EagerBaseline", "baseline_key", "default_cache_dir", "load", "make_entry", "store"]
+
 
 class EagerBaseline(BaseModel):
     model_config = ConfigDict(extra="forbid")

@@ -60,6 +60,8 @@ from collections.abc import Callable
 from . import guard as _guard
 from .guard import GuardViolation
 
+__all__ = ["CALL_EVENT", "REFUSED_EVENT", "remove"]
+
 CALL_EVENT = "metakernelbench.capability.call"  # a removed entry point asks the vault for its original
 # raised with the reason before each refusal: the guard's audit hook answers it (fail closed), so a
 # submission that catches the GuardViolation still loses the evaluation

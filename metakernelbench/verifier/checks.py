@@ -11,6 +11,8 @@ from .result import Status
 from .timing import Stages
 from .wire import Outputs
 
+__all__ = ["correctness", "recheck", "widen_reply_bound"]
+
 if TYPE_CHECKING:
     from .evaluation import Evaluation
 

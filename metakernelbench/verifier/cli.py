@@ -10,6 +10,8 @@ import typer
 # loader and the grader are imported inside the command: `mkb grade --help` answers at once
 from metakernelbench.contract import DSLS, GradeConfig
 
+__all__ = ["grade_command", "register"]
+
 
 def _fail(message: str) -> None:
     """One line on stderr, no traceback, exit status 2 (a usage error: nothing was graded)."""

@@ -17,6 +17,8 @@ from metakernelbench.problems import ProblemSpec
 
 from .result import Mismatch
 
+__all__ = ["ROW_FLOOR_FRACTION", "check_draw", "check_output"]
+
 ROW_FLOOR_FRACTION = 1e-3  # rows below 1e-3 of the tensor's peak get an absolute error floor
 
 

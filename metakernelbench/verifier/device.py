@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+__all__ = ["DeviceTools"]
+
 _synchronize = torch.cuda.synchronize  # bound at import, before any submission code runs
 
 

@@ -38,6 +38,11 @@ import secrets
 import tempfile
 import time
 
+__all__ = [
+    "COPIED", "DONE", "Doorbell", "GO", "LOADING", "MAX_OUTPUTS", "N_OUT", "OUT_TABLE", "READY", "REFUSAL_EXIT",
+    "REFUSAL_LEN", "REFUSED", "SIZE", "STAGED", "TEXT_AT", "TOUCHED",
+]
+
 READY, GO, DONE = 0, 1, 2
 # REFUSED: 0 none, 1 rule violation, 2 tampering (REWARD_HACK); COPIED: the grader took its copy of the outputs;
 # LOADING: 1 once the candidate worker starts importing the kernel file

@@ -31,6 +31,8 @@ from .result import Mismatch, Status
 from .stage import InputStage
 from .wire import CallResult, Outputs, Ready, TensorMeta
 
+__all__ = ["Call", "Evaluation", "require_done_copy"]
+
 
 @dataclass
 class Call:
@@ -310,7 +312,7 @@ class Evaluation:
             code = outside.died_with(pid)
             if code is not None:
                 handle.note_death(code)
-                raise handle._dead() from None
+                raise handle.death_verdict() from None
             raise Verdict(Status.INFRA_ERROR, f"the grader could not read the candidate's outputs at DONE: {exc}") \
                 from None
         return {"inplace": inplace, "outputs": outputs}

@@ -1,6 +1,6 @@
 """One draw's expected values, the reference's and the float64 anchor's, in stages placed by a plan.
 
-The grader (``Evaluation.expected``) and the oracle check (``selfcheck.draw_mismatch``) compute them
+The grader (``Evaluation.expected``) and the oracle check (``testing.selfcheck.draw_mismatch``) compute them
 the same way: the reference on a fresh draw, on the grading device; that draw's tensors freed except
 the graded in-place ones; then the draw made again, promoted to float64 (on the device, or straight
 into host memory when the plan puts the anchor on the CPU: the values are the device's draw either
@@ -21,6 +21,8 @@ from metakernelbench.problems import Problem
 
 from . import memory
 from .tensors import promote_floats, snapshot_graded
+
+__all__ = ["anchor_values", "reference_values"]
 
 
 def reference_values(problem: Problem, draw: Callable[[], tuple], planner: memory.Planner) -> dict[str, torch.Tensor]:

@@ -12,6 +12,8 @@ import torch
 
 from metakernelbench.problems import Problem
 
+__all__ = ["H200", "PEAKS", "floor_ms", "peaks_for_device"]
+
 H200 = {
     "bandwidth": 4.8e12,
     "fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12, "fp16": 989.5e12, "fp8": 1979e12,

@@ -15,6 +15,8 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
+__all__ = ["GpuProcesses", "NVML_ERROR_INSUFFICIENT_SIZE", "NVML_SUCCESS", "pci_bus_id"]
+
 NVML_SUCCESS, NVML_ERROR_INSUFFICIENT_SIZE = 0, 7
 
 

@@ -36,11 +36,13 @@ from metakernelbench.problems import Problem
 
 from . import checks, provenance, timing
 from .evaluation import Evaluation
-from .launch import GradeConfig, Started, Verdict, _cpu_list_text, close_quietly, start_workers
+from .launch import GradeConfig, Started, Verdict, close_quietly, cpu_list_text, start_workers
 from .result import GradeResult, Status, Timing, failure
 from .rules import static_refusal
 from .score import score
 from .timing import Stages
+
+__all__ = ["GradeConfig", "Status", "Verdict", "grade"]  # the first three: the contract's, imported from here too
 
 
 def _device_of(device: str | None) -> torch.device:
@@ -125,7 +127,7 @@ def _stages(ev: Evaluation, stages: Stages, fields: dict[str, Any], details: dic
     config, plan = ev.config, ev.workers.plan
     ev.candidate.release()  # the static rules passed: the candidate may import the kernel now
     if plan:
-        details["cores"] = f"grader {sorted(plan[0])}, workers {_cpu_list_text(plan[1])}"
+        details["cores"] = f"grader {sorted(plan[0])}, workers {cpu_list_text(plan[1])}"
     ev.say(f"starting the candidate worker (start limit {config.start_timeout_s:g} s)")
     ready = ev.await_candidate()
     fields.update(device=ready.device, sandbox=ready.sandbox)

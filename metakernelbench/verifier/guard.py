@@ -50,6 +50,12 @@ from types import SimpleNamespace
 
 from metakernelbench.contract import AUDIT_FORBIDDEN_IMPORTS, AUDIT_SUBMISSION_ONLY, FOREIGN_DSL_PACKAGES
 
+__all__ = [
+    "DSL_FOREIGN", "FILE_CHANGE_EVENTS", "FIND_SPEC_EVENT", "FORBIDDEN_IMPORTS", "FRAME_ATTRIBUTES", "GuardViolation",
+    "ImportGate", "REFUSE_EVENT", "START_EVENTS", "SUBMISSION_ONLY_EVENTS", "TAMPERING", "TORCH_LAZY", "WRITE_FLAGS",
+    "describe_threads", "install_guard", "make_policy", "thread_count", "thread_ids",
+]
+
 # The modules this hook refuses are the contract's (metakernelbench.contract, which says what the static
 # scan refuses besides and why the lists differ): FORBIDDEN_IMPORTS whoever imports them, the other
 # DSL's package (DSL_FOREIGN), and TORCH_LAZY, which torch itself loads lazily (its profiler, its own

@@ -41,6 +41,8 @@ from typing import Any
 
 from .guard import REFUSE_EVENT, GuardViolation
 
+__all__ = ["INSTALLERS", "LaunchRegistry", "REGISTRY", "install_cutedsl", "install_tirx"]
+
 _audit = sys.audit  # bound before any submission code runs
 _clock = time.perf_counter_ns
 

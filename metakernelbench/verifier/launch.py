@@ -33,6 +33,12 @@ from metakernelbench.contract import GradeConfig, Status, Verdict
 from .doorbell import DONE, READY, TOUCHED, Doorbell
 from .protocol import WARM_READY, CallRequest, LoadRequest, WorkerSetup
 
+__all__ = [
+    "CallClock", "FAILURE_STATUS", "GradeConfig", "SCRUBBED_PREFIXES", "Started", "Verdict", "WarmWorkers",
+    "WorkerHandle", "candidate_setup", "close_quietly", "core_plan", "cpu_list_text", "evaluations_root",
+    "reference_setup", "scrubbed_env", "spawn_worker", "start_warm_workers", "start_workers", "warm_setup",
+]
+
 SCRUBBED_PREFIXES = ("TVM_", "CUTE_DSL_", "CUTLASS_", "PYTORCH_", "TORCH_", "CUDA_LAUNCH_BLOCKING",
                      "LD_PRELOAD", "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONBREAKPOINT", "NVIDIA_TF32",
                      "MKB_", "CUDA_CACHE_")
@@ -45,7 +51,7 @@ FAILURE_STATUS = {
 }
 
 
-def _scrubbed_env(scratch: str) -> dict[str, str]:
+def scrubbed_env(scratch: str) -> dict[str, str]:
     """The worker's environment: every cache and temporary folder inside the scratch folder."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(SCRUBBED_PREFIXES)}
     env.update(CUTE_DSL_CACHE_DIR=os.path.join(scratch, "cute"), CUDA_CACHE_PATH=os.path.join(scratch, "nv"),
@@ -139,7 +145,7 @@ class WorkerHandle:
         """Still working on the call: alive and nothing (a failure report) waiting on the pipe."""
         return self.process.is_alive() and not self.parent.poll(0)
 
-    def _dead(self) -> Verdict:
+    def death_verdict(self) -> Verdict:
         """Why the worker is gone: a refusal its audit hook recorded (fail closed), else a crash."""
         refused = self.bell.refusal()
         if refused is not None:
@@ -169,19 +175,19 @@ class WorkerHandle:
 
         if not self.parent.poll(max(timeout, 0.0)):
             if not self.process.is_alive():
-                raise self._dead()
+                raise self.death_verdict()
             raise Verdict(Status.TIMEOUT, limit or f"no reply within {timeout:g} s")
         if self.bell.refusal() is not None:  # the hook ended the process; a reply may be half written
-            raise self._dead()
+            raise self.death_verdict()
         try:
             message, tensors = receive(self.parent, self.max_bytes, pin=self.pin)
         except EOFError:
-            raise self._dead() from None
+            raise self.death_verdict() from None
         except TooLarge:
             raise Verdict(Status.INCORRECT, "the outputs are larger than any valid answer") from None
         except WireError as exc:
             if self.bell.refusal() is not None:
-                raise self._dead() from None
+                raise self.death_verdict() from None
             raise Verdict(Status.REWARD_HACK, f"malformed message on the result channel: {exc}") from None
         if message.nonce != nonce or (seq is not None and getattr(message, "seq", seq) != seq):
             raise Verdict(Status.REWARD_HACK, "a message on the result channel was not the reply to "
@@ -270,7 +276,8 @@ def _cpu_list(text: str) -> set[int]:
     return cpus
 
 
-def _cpu_list_text(cpus: set[int]) -> str:
+def cpu_list_text(cpus: set[int]) -> str:
+    """A set of CPUs as the kernel writes a CPU list (``0,1,2,8``), for records and messages."""
     return ",".join(str(c) for c in sorted(cpus))
 
 
@@ -456,7 +463,7 @@ def spawn_worker(setup: WorkerSetup, scratch: str, config: GradeConfig,
     if plan:
         os.sched_setaffinity(0, plan[1])  # the worker inherits this set when it is spawned
     try:
-        return WorkerHandle(setup, _scrubbed_env(scratch), config.max_output_bytes, scratch, plan is None,
+        return WorkerHandle(setup, scrubbed_env(scratch), config.max_output_bytes, scratch, plan is None,
                             config.hot_wait_ms)
     finally:
         if plan:

@@ -36,6 +36,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+__all__ = [
+    "ALL_ON_DEVICE", "CALL_STAGES", "COMPARE_WORK_PER_ELEMENT", "CONTEXT_BYTES", "COSTS", "EXACT_WORK_PER_ELEMENT",
+    "FLUSH_BYTES", "GB", "GIB", "LEAST", "Measured", "Overheads", "Placement", "Plan", "Planner", "RESERVE", "Sizes",
+    "check_peak", "compare_items", "cost", "device_budget", "gib", "nbytes", "peak", "placements", "plan",
+    "process_peak", "promoted_bytes", "release", "stage_peaks", "storage_bytes", "to_host",
+]
+
 GB = 10**9
 GIB = 1 << 30
 CONTEXT_BYTES = 600 << 20  # one process's CUDA context and torch's own state on an H100 (an estimate)

@@ -22,6 +22,8 @@ import os
 import signal
 from contextlib import contextmanager
 
+__all__ = ["MAX_READ", "OutsideError", "died_with", "frozen", "read_memory", "status_field"]
+
 MAX_READ = 1 << 30  # one DONE snapshot never copies more than this (CPU workloads are small)
 
 

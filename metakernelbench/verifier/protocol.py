@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+__all__ = ["CallRequest", "FetchRequest", "LoadRequest", "WARM_READY", "WorkerSetup"]
+
 # what a warm worker sends, once, when it has loaded everything it loads before its evaluation and
 # waits for the evaluation's setup (the only message a worker sends before it has one; raw bytes)
 WARM_READY = b"mkb-warm-ready"

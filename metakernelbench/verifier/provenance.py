@@ -10,6 +10,8 @@ from metakernelbench.contract import MIN_DSL_SHARE, Status, Verdict
 from .result import Mismatch
 from .tensors import StructureError
 
+__all__ = ["CUTE_KERNEL_PREFIX", "MIN_DSL_SHARE", "NO_WORK_OPS", "bypass", "dsl_share", "is_dsl_kernel"]
+
 if TYPE_CHECKING:
     from .evaluation import Evaluation
 

@@ -6,6 +6,8 @@ import re
 
 from .result import GradeResult
 
+__all__ = ["kernel_frame", "render_report"]
+
 _FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')
 # the grader's own code and the helpers a kernel may import, wherever the package is installed
 _GRADER = re.compile(r"/metakernelbench/(verifier/|problem_kit\.py|problems\.py)")

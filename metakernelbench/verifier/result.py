@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from metakernelbench.contract import SPEEDUP_CAP, Status  # defined in the contract; imported from here too
 
+__all__ = ["SPEEDUP_CAP", "GradeResult", "Mismatch", "Status", "Timing", "failure"]
+
 
 class Mismatch(BaseModel):
     """The first value that broke the contract, with how far it exceeds its allowance."""

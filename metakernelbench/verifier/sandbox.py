@@ -51,6 +51,22 @@ import sysconfig
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+__all__ = [
+    "AUDIT_ARCH_X86_64", "CLONE_THREAD", "DENIED", "FS_CHANGE_V1", "FS_EXECUTE", "FS_FILE_RIGHTS", "FS_READ",
+    "FS_READ_DIR", "FS_READ_FILE", "FS_REFER", "FS_TRUNCATE", "FS_TRUNCATE_BIT", "FS_WRITE_FILE", "JEQ_K", "JGE_K",
+    "JSET_K", "LANDLOCK_CREATE_RULESET_VERSION", "LANDLOCK_RESTRICT_SELF_TSYNC", "LANDLOCK_RULE_PATH_BENEATH",
+    "LD_W_ABS", "LINUX_CAPABILITY_VERSION_3", "MAP_ANONYMOUS", "MAP_PRIVATE", "NR", "OFF_ARCH", "OFF_ARG0", "OFF_NR",
+    "PERSONALITY_QUERY", "PROT_EXEC", "PROT_READ", "PROT_WRITE", "PR_CAPBSET_DROP", "PR_CAP_AMBIENT",
+    "PR_CAP_AMBIENT_CLEAR_ALL", "PR_SET_NO_NEW_PRIVS", "PR_SET_PDEATHSIG", "PR_SET_SECCOMP", "READ_IMPLIES_EXEC",
+    "RET_K", "SEALED_OUT", "SECCOMP_FILTER_FLAG_SPEC_ALLOW", "SECCOMP_FILTER_FLAG_TSYNC", "SECCOMP_RET_ALLOW",
+    "SECCOMP_RET_ERRNO", "SECCOMP_SET_MODE_FILTER", "SELF_ONLY", "SHM_EXEC", "SYS_CAPSET", "SYS_LANDLOCK_ADD_RULE",
+    "SYS_LANDLOCK_CREATE_RULESET", "SYS_LANDLOCK_RESTRICT_SELF", "SYS_MSEAL", "SYS_SECCOMP", "Sandbox",
+    "SandboxError", "X32_SYSCALL_BIT", "device_nodes", "drop_capabilities", "enter", "executable_mappings",
+    "install_landlock", "install_seccomp", "installed_roots", "landlock_abi", "landlock_read_rules", "load_libc",
+    "mount_aliases", "read_cover", "seal_executable_memory", "seal_program", "seccomp_filter_count",
+    "seccomp_program", "speculation_state",
+]
+
 # --- seccomp -------------------------------------------------------------------------------------
 PR_SET_PDEATHSIG = 1
 PR_SET_SECCOMP = 22
@@ -209,7 +225,8 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def _libc():
+def load_libc():
+    """The C library, with errno kept: prctl, seccomp and landlock have no Python binding."""
     return ctypes.CDLL(None, use_errno=True)
 
 
@@ -324,7 +341,7 @@ def seal_executable_memory() -> None:
     """
     if sys.platform != "linux" or platform.machine() != "x86_64":
         raise SandboxError(f"no executable-memory seal on {sys.platform}/{platform.machine()}")
-    libc = _libc()
+    libc = load_libc()
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise SandboxError(f"no_new_privs refused: {os.strerror(ctypes.get_errno())}")
     if not _SEAL:
@@ -366,7 +383,7 @@ class _PathBeneath(ctypes.Structure):
 
 
 def landlock_abi(libc=None) -> int:
-    libc = libc or _libc()
+    libc = libc or load_libc()
     version = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
                            ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))
     return max(int(version), 0)
@@ -688,7 +705,7 @@ def enter(scratch: str, require: bool = False, submission: str = "", spec_allow:
         if require:
             raise SandboxError(box.notes[-1])
         return box
-    libc = _libc()
+    libc = load_libc()
     libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise SandboxError(f"no_new_privs refused: {os.strerror(ctypes.get_errno())}")

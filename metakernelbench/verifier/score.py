@@ -11,6 +11,8 @@ from . import floor as floor_mod
 from .result import GradeResult, Timing
 from .timing import EagerBaseline
 
+__all__ = ["score"]
+
 
 def score(problem: Problem, dsl: str, kernel: Timing, eager: EagerBaseline, config: GradeConfig,
           fields: dict[str, Any]) -> GradeResult:

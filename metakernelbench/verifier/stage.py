@@ -25,6 +25,8 @@ import torch
 
 from .device import DeviceTools
 
+__all__ = ["InputStage"]
+
 
 def _layout(draw: tuple) -> tuple:
     """What must match for a draw to reuse the buffers: per input, its tensor layout and the storage it

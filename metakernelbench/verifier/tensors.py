@@ -14,6 +14,8 @@ import torch
 
 from metakernelbench.problems import ProblemSpec
 
+__all__ = ["StructureError", "clone_inputs", "promote_floats", "returned_as_tuple", "snapshot_graded", "tensor_nbytes"]
+
 
 class StructureError(ValueError):
     """A call returned something whose structure differs from the reference's."""

@@ -21,6 +21,11 @@ from .launch import GradeConfig, Verdict, WorkerHandle
 from .protocol import FetchRequest
 from .result import Status, Timing
 
+__all__ = [
+    "EagerBaseline", "LoopTimes", "Stages", "charged_spans_ms", "check_calls", "check_signal_gaps", "eager_baseline",
+    "kernel_timing", "median", "time_candidate", "timing_loop", "window_charges",
+]
+
 if TYPE_CHECKING:
     from .evaluation import Evaluation
 

@@ -25,6 +25,11 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+__all__ = [
+    "CallResult", "Failure", "HEADER_LIMIT", "KernelTime", "MESSAGE", "MIN_RATE", "Message", "Outputs", "Ready",
+    "TensorMeta", "TooLarge", "WireError", "decode", "dtype_name", "encode", "receive", "send", "tensor_meta",
+]
+
 HEADER_LIMIT = 1 << 20  # a header larger than 1 MiB is malformed by definition
 
 _DTYPES: dict[str, torch.dtype] = {

@@ -49,6 +49,8 @@ from .guard import REFUSE_EVENT, TAMPERING, GuardViolation, describe_threads, in
 from .protocol import WARM_READY, CallRequest, FetchRequest, LoadRequest, WorkerSetup
 from .wire import CallResult, Failure, KernelTime, Outputs, Ready, send, tensor_meta
 
+__all__ = ["CallFailed", "GO_TIMEOUT_S", "STARTUP", "Worker", "critical_callables", "main"]
+
 _perf_ns = time.perf_counter_ns  # bound before any submission code can patch the module
 GO_TIMEOUT_S = 600.0  # the grader rings GO microseconds after READY; this only bounds a dead grader
 
@@ -59,7 +61,7 @@ class CallFailed(Exception):
         self.category = category
 
 
-def _critical_callables() -> dict[str, int]:
+def critical_callables() -> dict[str, int]:
     """Identity of the functions the timing and result path relies on.
 
     Besides the timers, this covers the grader's own code loaded in this process (the worker,
@@ -227,7 +229,7 @@ class Worker:
         for name, value in vars(Worker).items():
             if isinstance(value, types.FunctionType) and not name.startswith("__"):
                 self.__dict__[name] = value.__get__(self)
-        self._integrity_now = _critical_callables
+        self._integrity_now = critical_callables
         self.bell = Doorbell.attach(setup.doorbell)
         # bound now, like the methods above: a submission that replaces Doorbell.ready_and_wait on the
         # class during the timing loop (where the integrity check is deferred) does not reach it
@@ -310,7 +312,7 @@ class Worker:
                 # timed window then matches the candidate's) but it refuses nothing
                 install_guard(os.devnull + ".no-submission", [], "none", self.bell.refusal_reporter(),
                               enforce=False)()
-                self.integrity = _critical_callables()
+                self.integrity = critical_callables()
             else:
                 limits_at = time.perf_counter()  # (the DSL and the code loaders' removal: ``_prepare``)
                 # the only handle on the hook's switch is ``arm``: called below and then dropped
@@ -319,7 +321,7 @@ class Worker:
                 _ban_cuda_graphs()
                 # the profiler's first use loads its libraries: once now, before the hook is armed
                 _profiled(lambda: torch.zeros(4, device=self.device).add_(1), self.device.type == "cuda")
-                self.integrity = _critical_callables()
+                self.integrity = critical_callables()
                 # from here on the process is the submission's: OS limits first, then the guard
                 # unreadable by the kernel's rules: the problem's folder, the folders the caller protects,
                 # and the folder holding every evaluation's scratch (this one's stays readable)
@@ -583,7 +585,7 @@ def main(conn, setup: WorkerSetup) -> None:
     STARTUP["interpreter_and_torch"] = time.time() - setup.spawned_at if setup.spawned_at else 0.0
     os.setsid()  # own process group: the grader kills the whole group at the end
     if setup.warm and sys.platform == "linux":  # a warm runner ended unused takes its workers with it
-        sandbox._libc().prctl(sandbox.PR_SET_PDEATHSIG, 9, 0, 0, 0)
+        sandbox.load_libc().prctl(sandbox.PR_SET_PDEATHSIG, 9, 0, 0, 0)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")

@@ -67,8 +67,8 @@ def test_the_instructions_state_the_graders_numbers(dsl):
 @pytest.mark.parametrize("dsl", contract.DSLS)
 def test_the_instructions_state_the_judges_budget(dsl):
     """The minutes and submissions an agent is told are the judge's defaults for an attempt."""
-    from metakernelbench.verifier.judge.__main__ import build_parser
-    from metakernelbench.verifier.judge.service import DEFAULT_BUDGET, DEFAULT_MINUTES
+    from metakernelbench.judge.__main__ import build_parser
+    from metakernelbench.judge.service import DEFAULT_BUDGET, DEFAULT_MINUTES
 
     text = " ".join((TASKS / f"{T28}_{dsl}" / "instruction.md").read_text().split())
     serve = build_parser().parse_args(["serve"])
@@ -94,8 +94,8 @@ def test_grading_json_and_the_readme_state_the_graders_numbers(dsl):
 
 def test_the_grader_images_the_judge_starts_are_the_ones_built():
     """The judge's default images (serve's flags, JudgeConfig) are the images ``mkb build`` writes."""
-    from metakernelbench.verifier.judge.__main__ import build_parser
-    from metakernelbench.verifier.judge.server import DEFAULT_IMAGES
+    from metakernelbench.judge.__main__ import build_parser
+    from metakernelbench.judge.server import DEFAULT_IMAGES
 
     serve = build_parser().parse_args(["serve"])
     for dsl in contract.DSLS:

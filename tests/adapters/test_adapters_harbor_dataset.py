@@ -22,7 +22,7 @@ from metakernelbench.problems import REPO_ROOT, problem_paths
 
 TASKS = REPO_ROOT / "tasks"
 HARBOR = Path(sys.executable).parent / "harbor"
-LOCAL_ENV = "metakernelbench.verifier.judge.local_env:LocalEnvironment"
+LOCAL_ENV = "metakernelbench.harbor_env:LocalEnvironment"
 
 
 def _n_tasks() -> int:

@@ -34,7 +34,7 @@ def test_layout_of_a_task(built):
     out, _ = built
     task = out / f"{T28}_cutedsl"
     files = _files(task)
-    client = "metakernelbench/verifier/judge"
+    client = "metakernelbench/judge"
     assert files == [
         "README.md",
         "environment/Dockerfile",
@@ -44,12 +44,12 @@ def test_layout_of_a_task(built):
         "environment/docs/cutedsl.md",
         "environment/dsl_docs.py",
         "environment/metakernelbench/__init__.py",
-        "environment/metakernelbench/problem_kit.py",
-        "environment/metakernelbench/verifier/__init__.py",
-        "environment/metakernelbench/verifier/judge/__init__.py",
+        f"environment/{client}/__init__.py",
         f"environment/{client}/check.py",
         f"environment/{client}/client.py",
         f"environment/{client}/submit.py",
+        "environment/metakernelbench/problem_kit.py",
+        "environment/metakernelbench/verifier/__init__.py",
         "environment/metakernelbench/verifier/rules.py",
         "environment/official_docs.py",
         "environment/problem.py",
@@ -60,8 +60,7 @@ def test_layout_of_a_task(built):
         "task.toml",
         "tests/Dockerfile",
         "tests/client/metakernelbench/__init__.py",
-        "tests/client/metakernelbench/verifier/__init__.py",
-        "tests/client/metakernelbench/verifier/judge/__init__.py",
+        f"tests/client/{client}/__init__.py",
         f"tests/client/{client}/client.py",
         f"tests/client/{client}/final.py",
         "tests/docker-compose.yaml",
@@ -284,11 +283,11 @@ def test_the_clients_in_the_images_need_only_the_standard_library(built):
     out, _ = built
     task = out / f"{T28}_cutedsl"
     run = _isolated_python(task / "tests/client", (
-        "import metakernelbench.verifier.judge.final as f, sys; print(f.__file__); "
+        "import metakernelbench.judge.final as f, sys; print(f.__file__); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pydantic', 'harbor')))"))
     assert run.returncode == 0, run.stderr
-    assert run.stdout.splitlines() == [str(task / "tests/client/metakernelbench/verifier/judge/final.py"), "[]"]
+    assert run.stdout.splitlines() == [str(task / "tests/client/metakernelbench/judge/final.py"), "[]"]
     run = _isolated_python(task / "environment",
-                           "import metakernelbench.verifier.judge.submit as s; s.main(['--help'])")
+                           "import metakernelbench.judge.submit as s; s.main(['--help'])")
     assert run.returncode == 0, run.stderr
     assert "submissions" in run.stdout

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from adapters_support import T28
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "verifier" / "judge"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "judge"))
 from judge_support import FakeIsolation, fake_judge  # noqa: E402
 
-from metakernelbench.verifier.judge.client import JudgeClient  # noqa: E402
+from metakernelbench.judge.client import JudgeClient  # noqa: E402
 
 
 @pytest.fixture

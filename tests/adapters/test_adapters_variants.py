@@ -102,7 +102,7 @@ def test_terminal_bench_layout(tmp_path):
     names = sorted(p.relative_to(task).as_posix() for p in task.rglob("*") if p.is_file())
     for needed in ("task.yaml", "Dockerfile", "docker-compose.yaml", "run-tests.sh", "solution.sh", "problem.py",
                    "submit", "tests/grading.json", "tests/summary.py",
-                   "tests/client/metakernelbench/verifier/judge/final.py"):
+                   "tests/client/metakernelbench/judge/final.py"):
         assert needed in names
     assert os.access(task / "run-tests.sh", os.X_OK) and os.access(task / "solution.sh", os.X_OK)
     data = yaml.safe_load((task / "task.yaml").read_text())

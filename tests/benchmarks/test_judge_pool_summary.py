@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
+from benchmarks.judge_pool import summary
 
-from judge_pool import summary  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_medians_and_warm_count_come_from_the_gradings():

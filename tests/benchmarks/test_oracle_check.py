@@ -14,9 +14,9 @@ KERNEL = REPO / "tests" / "fixtures" / "kernels" / "rmsnorm_tirx_llvm.py"
 
 def _sweep(tmp_path, kernel: Path) -> dict:
     out = tmp_path / "check.json"
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "h200_oracle_check.py"), "--out", str(out),
+    done = subprocess.run([sys.executable, "-m", "benchmarks.h200_oracle_check", "--out", str(out),
                            "--device", "cpu", "--small-only", "--only", "28_tirx", "--kernel", f"{TASK}={kernel}"],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return json.loads(out.read_text())
 
@@ -37,8 +37,7 @@ def test_a_wrong_kernel_is_reported_with_its_mismatch(tmp_path):
 
 
 def test_alone_names_tasks_by_number_dsl_or_name():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from h200_oracle_check import _matches
+    from benchmarks.h200_oracle_check import _matches
 
     assert _matches(f"{TASK}", {"28"}) and _matches(TASK, {"28_tirx"}) and _matches(TASK, {TASK})
     assert not _matches(TASK, {"28_cutedsl"}) and not _matches(TASK, {"2"}) and not _matches(TASK, set())
@@ -46,9 +45,9 @@ def test_alone_names_tasks_by_number_dsl_or_name():
 
 def test_stats_give_the_kernels_and_the_references_errors(tmp_path):
     out = tmp_path / "check.json"
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "h200_oracle_check.py"), "--out", str(out),
+    done = subprocess.run([sys.executable, "-m", "benchmarks.h200_oracle_check", "--out", str(out),
                            "--device", "cpu", "--small-only", "--only", "28_tirx", "--kernel", f"{TASK}={KERNEL}",
-                           "--stats", "28"], capture_output=True, text=True, timeout=600)
+                           "--stats", "28"], capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     (entry,) = json.loads(out.read_text())["entries"]
     errors = entry["draws"][0]["errors"]
@@ -58,8 +57,7 @@ def test_stats_give_the_kernels_and_the_references_errors(tmp_path):
 
 
 def test_merge_adds_a_run_and_keeps_what_it_replaces(tmp_path):
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from h200_oracle_check import merge
+    from benchmarks.h200_oracle_check import merge
 
     def entry(task, ok):
         return {"task": task, "kernel": f"oracles/x/{task}.py", "ok": ok, "draws": []}

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
+from benchmarks import oracle_coverage
+from benchmarks.dsl_share import dsl_share, is_dsl_kernel
 
-import oracle_coverage  # noqa: E402
-from dsl_share import dsl_share, is_dsl_kernel  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 TASK28 = "28_fused_add_rmsnorm_h4096_llama31_8b_bf16_tirx"
 CPU_KERNEL = REPO / "tests" / "fixtures" / "kernels" / "rmsnorm_tirx_llvm.py"
@@ -69,17 +68,17 @@ def test_summary_counts_and_geomeans_per_family_and_dsl():
 
 
 def test_readme_block_matches_the_record():
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "oracle_coverage.py"), "--check"],
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.oracle_coverage", "--check"],
+                          capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 def _run(tmp_path, kernel: Path) -> dict:
     out = tmp_path / "oracles.json"
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "h200_oracles.py"), "--out", str(out),
+    done = subprocess.run([sys.executable, "-m", "benchmarks.h200_oracles", "--out", str(out),
                            "--device", "cpu", "--judge-args", "--small --draws 2 --warmup 2 --timed 5 --rechecks 1",
                            "--kernel", f"{TASK28}={kernel}", "--only", "28_tirx"],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return json.loads(out.read_text())
 

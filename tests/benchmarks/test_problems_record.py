@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
+from benchmarks import h200_problems
 
-import h200_problems  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_fast_references_get_the_full_loop():
@@ -29,7 +28,7 @@ def test_slow_references_get_fewer_calls_but_never_fewer_than_the_minimum(first_
 
 def test_small_run_records_controls_and_no_ceiling(tmp_path):
     out = tmp_path / "problems.json"
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "h200_problems.py"), "--out", str(out),
+    done = subprocess.run([sys.executable, "-m", "benchmarks.h200_problems", "--out", str(out),
                            "--device", "cpu", "--small", "--only", "28"],
                           capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -50,7 +49,7 @@ def test_grade_peak_records_a_final_grade_per_dsl_and_keeps_the_other_fields(tmp
     name = "28_fused_add_rmsnorm_h4096_llama31_8b_bf16"
     out.write_text(json.dumps({"problems": [{"problem": name, "eager_ms": 1.0, "final_grade_peak_gib": None}]}))
     kernel = REPO / "tests" / "fixtures" / "kernels" / "rmsnorm_tirx_llvm.py"
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "h200_problems.py"), "--out", str(out),
+    done = subprocess.run([sys.executable, "-m", "benchmarks.h200_problems", "--out", str(out),
                            "--device", "cpu", "--small", "--only", "28", "--grade-peak", "--merge", "--dsl", "tirx",
                            "--kernel", f"{name}_tirx={kernel}"],
                           capture_output=True, text=True, timeout=900, cwd=REPO)

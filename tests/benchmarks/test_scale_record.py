@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
+from benchmarks.h200_scale import entry
 
-from h200_scale import entry  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(n, medians, cvs, statuses=("PASSED",)):
@@ -39,11 +38,11 @@ def test_a_failed_grading_is_visible():
 def test_two_fake_devices_on_the_cpu(tmp_path):
     out = tmp_path / "scale.json"
     task = "28_fused_add_rmsnorm_h4096_llama31_8b_bf16_tirx"
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "h200_scale.py"), "--out", str(out),
+    done = subprocess.run([sys.executable, "-m", "benchmarks.h200_scale", "--out", str(out),
                            "--devices", "cpu,cpu", "--gradings", "1", "--only", "28_tirx", "--judge-args",
                            "--small --draws 2 --warmup 2 --timed 5 --rechecks 1", "--kernel",
                            f"{task}={REPO / 'tests' / 'fixtures' / 'kernels' / 'rmsnorm_tirx_llvm.py'}"],
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=900, cwd=REPO)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     record = json.loads(out.read_text())
     assert {"command", "commit", "device", "date", "entries"} <= set(record)

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-from h200_timing import summarize  # noqa: E402
+from benchmarks.h200_timing import summarize
 
 INDS = [{"kernel_ms": 0.100, "eager_ms": 1.0, "speedup": 10.0}, {"kernel_ms": 0.120, "eager_ms": 1.0, "speedup": 8.0},
         {"kernel_ms": 0.110, "eager_ms": 1.0, "speedup": 9.0}]

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from metakernelbench.verifier.judge.local_env import _unshare_problem
+from metakernelbench.harbor_env import unshare_problem
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -51,8 +51,8 @@ MODEL = "openai/mkb-scripted"
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.evaluation_uids,
-    pytest.mark.skipif(os.geteuid() != 0 and _unshare_problem() is not None,
-                       reason=f"the local environment cannot isolate here: {_unshare_problem()}"),
+    pytest.mark.skipif(os.geteuid() != 0 and unshare_problem() is not None,
+                       reason=f"the local environment cannot isolate here: {unshare_problem()}"),
     pytest.mark.skipif(shutil.which("tmux") is None, reason="Terminus-2 needs tmux in the sandbox"),
 ]
 

@@ -72,7 +72,7 @@ class ScriptedAgent(BaseAgent):
             await sh("wrong", "submit")
             await put("/app/kernel.py", "def solve(:\n    pass\n")
             await sh("parse-error-local", "submit")
-            direct = ("from metakernelbench.verifier.judge.client import JudgeClient; import json; "
+            direct = ("from metakernelbench.judge.client import JudgeClient; import json; "
                       "print(json.dumps(JudgeClient.from_env().submit(b'def solve(:\\n')))")
             await sh("parse-error-judge", f"python -c {shlex.quote(direct)}")
             await self.restart_judge(log)
@@ -94,7 +94,7 @@ class ScriptedAgent(BaseAgent):
         """Stop the judge and start it again, as an operator would, between two submissions."""
         import asyncio
 
-        from metakernelbench.verifier.judge.local_env import ensure_judge, stop_judge
+        from metakernelbench.harbor_env import ensure_judge, stop_judge
 
         state = Path(os.environ["MKB_E2E_JUDGE_STATE"])
         stopped = await asyncio.to_thread(stop_judge, state)

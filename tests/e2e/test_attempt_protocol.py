@@ -1,7 +1,7 @@
 """End to end on the CPU: a plain ``harbor run`` of two real tasks in the no-Docker mode.
 
 ``harbor run -p tasks -i 28_..._tirx -i 25_..._tirx -n 2 -a scripted_agent:ScriptedAgent
--e metakernelbench.verifier.judge.local_env:LocalEnvironment``, with a judge that grades the TIRx
+-e metakernelbench.harbor_env:LocalEnvironment``, with a judge that grades the TIRx
 ``llvm`` fixtures on the CPU at the small workloads (fewer timed calls, to keep it to minutes). The
 two trials run at once and share the judge. Asserted: the reports (status, mismatch and allowance,
 speedup, submissions and minutes left), that a parse error and a missing file are not charged, the
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from metakernelbench.verifier.judge.local_env import _unshare_problem, stop_judge
-from metakernelbench.verifier.judge.store import Store
+from metakernelbench.harbor_env import stop_judge, unshare_problem
+from metakernelbench.judge.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 HARBOR = Path(sys.executable).with_name("harbor")
@@ -36,8 +36,8 @@ JUDGE_ARGS = "--devices cpu --small --draws 2 --warmup 2 --timed 5 --rechecks 1 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.evaluation_uids,
-    pytest.mark.skipif(os.geteuid() != 0 and _unshare_problem() is not None,
-                       reason=f"the local environment cannot isolate here: {_unshare_problem()}"),
+    pytest.mark.skipif(os.geteuid() != 0 and unshare_problem() is not None,
+                       reason=f"the local environment cannot isolate here: {unshare_problem()}"),
 ]
 
 
@@ -49,7 +49,7 @@ def job(tmp_path_factory):
            "MKB_E2E_JUDGE_STATE": str(state), "MKB_E2E_JUDGE_ARGS": JUDGE_ARGS}
     cmd = [str(HARBOR), "run", "-p", str(REPO / "tasks"), "-i", T28, "-i", T25, "-n", "2",
            "-a", "scripted_agent:ScriptedAgent",
-           "-e", "metakernelbench.verifier.judge.local_env:LocalEnvironment",
+           "-e", "metakernelbench.harbor_env:LocalEnvironment",
            "--ek", f"judge_state={state}", "--ek", f"judge_args={JUDGE_ARGS}",
            "-o", str(root / "jobs"), "--job-name", "e2e", "-y"]
     try:

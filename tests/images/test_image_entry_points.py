@@ -88,7 +88,7 @@ def test_dockerfile_install_lists_are_read():
 
 def test_judge_image_serves_relays_and_reaches_docker(tmp_path):
     """The judge image's CMD (serve, Docker isolation) and the relay of every trial."""
-    judge = "metakernelbench.verifier.judge"
+    judge = "metakernelbench.judge"
     start(JUDGE, tmp_path, [(judge, ["serve", "--help"]), (judge, ["relay", "--help"])],
                   [f"{judge}.__main__", f"{judge}.server", f"{judge}.relay", f"{judge}.client", "docker",
                    "docker.types"])
@@ -98,8 +98,8 @@ def test_judge_image_serves_relays_and_reaches_docker(tmp_path):
 @pytest.mark.parametrize("dsl", sorted(GRADERS))
 def test_grader_image_runs_an_evaluation(dsl, tmp_path):
     """What the judge starts in a grader container: the runner, the grader, the workers, the DSL."""
-    start(GRADERS[dsl], tmp_path, [("metakernelbench.verifier.judge.runner", ["--help"])],
-          ["metakernelbench.verifier.judge.runner", "metakernelbench.verifier.grader",
+    start(GRADERS[dsl], tmp_path, [("metakernelbench.judge.runner", ["--help"])],
+          ["metakernelbench.judge.runner", "metakernelbench.verifier.grader",
            "metakernelbench.verifier.launch", "metakernelbench.verifier.worker", "torch", *DSL_MODULES[dsl]])
 
 
@@ -116,10 +116,10 @@ def test_task_sandbox_image_has_its_tools(dsl, tmp_path):
             (first.requirements, first.uninstalled, first.pythonpath), task.name
     env = tasks[0] / "environment"
     start(env / "Dockerfile", tmp_path / "tools",
-          [("metakernelbench.verifier.judge.submit", ["--help"]), ("metakernelbench.verifier.judge.check", ["--help"])],
+          [("metakernelbench.judge.submit", ["--help"]), ("metakernelbench.judge.check", ["--help"])],
           ["metakernelbench.problem_kit", "torch", *DSL_MODULES[dsl]])
     kernel = tasks[0] / "solution" / "kernel.py"
-    done = run_in_image(first, ["-m", "metakernelbench.verifier.judge.check", "--dsl", dsl, "--problem",
+    done = run_in_image(first, ["-m", "metakernelbench.judge.check", "--dsl", dsl, "--problem",
                                 str(env / "problem.py"), str(kernel)], tmp_path / "check")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
 
@@ -128,7 +128,7 @@ def test_task_sandbox_image_has_its_tools(dsl, tmp_path):
 def test_task_verifier_image_sends_the_final_grade(dsl, tmp_path):
     """The verifier image has the standard library and the task's judge client only."""
     start(task_dirs(dsl)[0] / "tests" / "Dockerfile", tmp_path,
-          [("metakernelbench.verifier.judge.final", ["--help"])], ["metakernelbench.verifier.judge.final"])
+          [("metakernelbench.judge.final", ["--help"])], ["metakernelbench.judge.final"])
 
 
 def test_interpreter_is_the_images_kind():

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from metakernelbench.problems import REPO_ROOT, find_problem, oracle_file
-from metakernelbench.verifier.selfcheck import draw_mismatch, standard_draws
+from metakernelbench.testing.selfcheck import draw_mismatch, standard_draws
 
 ORACLES = REPO_ROOT / "oracles"
 _LOADED: dict[Path, ModuleType] = {}

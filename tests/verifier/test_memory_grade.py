@@ -94,8 +94,8 @@ def test_the_rechecks_catch_the_same_kernel_when_the_grader_holds_the_outputs(pr
 
 
 def test_the_oracle_check_follows_the_same_plan(problem):
-    from metakernelbench.verifier.selfcheck import draw_mismatch
-    from tests.verifier.test_selfcheck import KERNEL, _load
+    from metakernelbench.testing.selfcheck import draw_mismatch
+    from tests.testing.test_selfcheck import KERNEL, _load
 
     solve = _load(KERNEL, "mkb_memory_selfcheck").solve
     for budget in (1 << 40, 1):

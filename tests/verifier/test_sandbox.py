@@ -404,7 +404,7 @@ def test_no_filter_but_the_seal_can_be_added(tmp_path):
     filter from the prepared, immutable page alone, with thread sync."""
     got, _ = _seal_probe(tmp_path, seal=True)
     assert got["forged_filter"] == got["forged_filter_after"] == "errno 1", got
-    if sandbox._prepare_seal(sandbox._libc()).immutable:
+    if sandbox._prepare_seal(sandbox.load_libc()).immutable:
         assert got["seal_page_writable"] == "errno 1", got
 
 

@@ -10,7 +10,7 @@ set -u
 out=/logs/verifier
 mkdir -p "$out"
 echo '{"reward": 0, "passed": 0, "speedup": 0, "kernel_ms": 0, "eager_ms": 0, "infra_error": 1}' > "$out/reward.json"
-python3 -m metakernelbench.verifier.judge.final --task "metakernelbench/34_swiglu_mlp_backward_hermes_bf16_tirx" --kernel /app/kernel.py --out "$out" \
+python3 -m metakernelbench.judge.final --task "metakernelbench/34_swiglu_mlp_backward_hermes_bf16_tirx" --kernel /app/kernel.py --out "$out" \
   --token-file /run/mkb-judge/final.token --attempt-key "${MKB_ATTEMPT_KEY:-}" --timeout 1740
 echo "final grade exited with status $?"
 exit 0

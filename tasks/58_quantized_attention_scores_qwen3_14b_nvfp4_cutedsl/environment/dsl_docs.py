@@ -19,6 +19,11 @@ import shutil
 import sys
 from pathlib import Path
 
+__all__ = [
+    "MAX_DEPTH", "MAX_DOC_LINES", "MAX_MEMBERS", "MAX_MODULES", "PACKAGES", "ROOTS", "SKIP", "build",
+    "document_module", "main", "package_texts",
+]
+
 # The public entry points of each DSL (what its guide and examples import); the walk starts here.
 ROOTS = {
     "tirx": ["tvm.script.tirx", "tvm.script.tirx.tile", "tvm.tirx", "tvm.target", "tvm.runtime", "tvm.driver"],

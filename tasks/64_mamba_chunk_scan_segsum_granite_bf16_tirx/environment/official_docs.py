@@ -26,6 +26,11 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+__all__ = [
+    "DEFAULT_ARCHIVE_URL", "DocsFetchError", "MAX_FILE_BYTES", "MAX_TOTAL_BYTES", "SKIP_HINT", "SOURCES", "Source",
+    "absent_note", "fetch", "main",
+]
+
 
 @dataclass(frozen=True)
 class Source:

@@ -9,6 +9,6 @@ COPY pyproject.toml /src/
 COPY metakernelbench/ /src/metakernelbench/
 COPY problems/ /opt/mkb/problems/
 RUN touch /src/README.md && pip install --no-deps --no-build-isolation /src && rm -rf /src \
- && python -c "import metakernelbench.verifier.grader, metakernelbench.verifier.judge.runner"
+ && python -c "import metakernelbench.verifier.grader, metakernelbench.judge.runner"
 USER grader
 WORKDIR /work

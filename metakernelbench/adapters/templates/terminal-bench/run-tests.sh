@@ -11,6 +11,6 @@ for client in "$here/client" "$here/tests/client" "${TEST_DIR:-/tests}/client"; 
 done
 summary="$(dirname "$client")/summary.py"
 out="${T_BENCH_CONTAINER_LOGS_PATH:-/tmp}/mkb-final"
-PYTHONPATH="$client" python -m metakernelbench.verifier.judge.final --task "{{ task }}" --kernel /app/kernel.py \
+PYTHONPATH="$client" python -m metakernelbench.judge.final --task "{{ task }}" --kernel /app/kernel.py \
   --out "$out" --timeout {{ grade_timeout }}
 python "$summary" "$out/reward.json" "$out/grade.json"

@@ -20,6 +20,11 @@ from typing import Any
 
 import torch
 
+__all__ = [
+    "CAPTURED_FIELDS", "CAPTURED_SUFFIX", "acc", "acc_dtype", "anchor_mode", "captured", "captured_path",
+    "in_anchor_mode", "round_to", "to_output", "true_divisor",
+]
+
 _ANCHOR: contextvars.ContextVar[bool] = contextvars.ContextVar("mkb_anchor", default=False)
 
 

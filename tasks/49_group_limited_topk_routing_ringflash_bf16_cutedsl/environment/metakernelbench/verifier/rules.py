@@ -14,6 +14,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+__all__ = [
+    "DSL_FOREIGN", "FORBIDDEN_BUILTINS", "FORBIDDEN_MODULES", "FORBIDDEN_NAMES", "MAX_KERNEL_BYTES", "QUALIFIED",
+    "RuleViolation", "module_rule", "scan_source", "static_refusal",
+]
+
 if TYPE_CHECKING:
     from .result import GradeResult
 
@@ -176,7 +181,9 @@ class RuleViolation:
         return f"{where}{self.rule} ({self.detail})"
 
 
-def _module_rule(name: str, dsl: str) -> str | None:
+def module_rule(name: str, dsl: str) -> str | None:
+    """Why a kernel written in ``dsl`` may not import module ``name`` (None: it may). The contract's
+    table of forbidden imports asks this, so that it states what this scan enforces."""
     table = {**FORBIDDEN_MODULES, **DSL_FOREIGN.get(dsl, {})}
     for prefix, why in table.items():
         if name == prefix or name.startswith(prefix + "."):
@@ -198,7 +205,7 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
-            why = _module_rule(alias.name, self.dsl)
+            why = module_rule(alias.name, self.dsl)
             if why:
                 self.add(node, f"import {alias.name}", why)
             self.modules.add(alias.asname or alias.name.split(".")[0])
@@ -208,12 +215,12 @@ class _Scanner(ast.NodeVisitor):
             self.add(node, "relative import", "the kernel is a single file")
             return
         base = node.module or ""
-        why = _module_rule(base, self.dsl)
+        why = module_rule(base, self.dsl)
         if why:
             self.add(node, f"from {base} import ...", why)
         for alias in node.names:
             full = f"{base}.{alias.name}"
-            sub = _module_rule(full, self.dsl)
+            sub = module_rule(full, self.dsl)
             if sub and not why:
                 self.add(node, f"from {base} import {alias.name}", sub)
             name_why = FORBIDDEN_NAMES.get(alias.name) or QUALIFIED.get((base.split(".")[-1], alias.name))
