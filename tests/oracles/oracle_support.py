@@ -20,6 +20,7 @@ from metakernelbench.testing.selfcheck import draw_mismatch, standard_draws
 
 ORACLES = REPO_ROOT / "oracles"
 _LOADED: dict[Path, ModuleType] = {}
+_PTX: dict[str, tuple[list[str], dict[str, str]]] = {}
 
 
 def oracle_path(stem: str, dsl: str) -> Path:
@@ -40,6 +41,15 @@ def load(stem: str, dsl: str) -> ModuleType:
     return _LOADED[path]
 
 
+def cutedsl_ptx(stem: str, ptx_dir: Path) -> tuple[list[str], dict[str, str]]:
+    """The CuTe DSL oracle's ``precompile`` for sm_90a, run once per session (two tests check the
+    same build): its kernel names and the PTX files it wrote to ``ptx_dir``, by file name."""
+    if stem not in _PTX:
+        names = load(stem, "cutedsl").precompile(arch="sm_90a", ptx_dir=str(ptx_dir))
+        _PTX[stem] = names, {p.name: p.read_text() for p in sorted(ptx_dir.glob("*.ptx"))}
+    return _PTX[stem]
+
+
 def check_cutedsl_compiles(stem: str, kernels: list[str], fragments: list[str], ptx_dir: Path) -> str:
     """``precompile`` builds every kernel for sm_90a from fake tensors; returns the PTX.
 
@@ -48,13 +58,12 @@ def check_cutedsl_compiles(stem: str, kernels: list[str], fragments: list[str], 
     leaves no pinned-arch build in the module's runtime caches (``*_COMPILED``).
     """
     module = load(stem, "cutedsl")
-    names = module.precompile(arch="sm_90a", ptx_dir=str(ptx_dir))
+    names, ptx_files = cutedsl_ptx(stem, ptx_dir)
     assert len(names) == len(kernels), names
     for name, kernel in zip(names, kernels, strict=True):
         assert name.startswith(f"kernel_cutlass_{kernel}_"), name
-    ptx_files = sorted(ptx_dir.glob("*.ptx"))
     assert len(ptx_files) == len(set(names))
-    ptx = "\n".join(p.read_text() for p in ptx_files)
+    ptx = "\n".join(ptx_files.values())
     assert ".target sm_90a" in ptx
     for name in names:
         assert f".entry {name}(" in ptx
@@ -88,7 +97,10 @@ def cuda_root() -> str | None:
 
 
 def check_tirx_nvrtc(stem: str, monkeypatch) -> None:
-    """Every CUDA source of the TIRx oracle compiles to an sm_90a cubin through TVM's NVRTC path."""
+    """Every CUDA source of the TIRx oracle compiles to an sm_90a cubin through TVM's NVRTC path.
+
+    A module's kernels often share one source (``kernel_sources`` maps each kernel to the source of
+    the module that holds it): each distinct source is compiled once."""
     pytest.importorskip("cuda.bindings.nvrtc")
     root = cuda_root()
     if root is None:
@@ -96,7 +108,7 @@ def check_tirx_nvrtc(stem: str, monkeypatch) -> None:
     monkeypatch.setenv("CUDA_PATH", root)
     from tvm.support import nvcc
 
-    for source in load(stem, "tirx").kernel_sources("sm_90a").values():
+    for source in dict.fromkeys(load(stem, "tirx").kernel_sources("sm_90a").values()):
         cubin = nvcc.compile_cuda(source, target_format="cubin", arch="sm_90a", compiler="nvrtc")
         assert bytes(cubin[:4]) == b"\x7fELF"
 
