@@ -6,16 +6,15 @@ their tests that need no GPU are marked ``oracle_compile``, the slower tier that
 
 On pytest-xdist's workers (``scripts/test.sh`` runs ``-n N --dist loadgroup``), tests that share work
 run on one worker: those that use a module-scoped fixture of this suite, and those of one module under
-tests/oracles (they load and build the same oracle kernels). Tests marked ``evaluation_uids`` run one
-at a time where judges drop evaluations to the shared evaluation uids (a judge ends every process of
-those uids, so two judges at once would end each other's evaluations). Tests marked ``slow`` (with the
-tests that share their work) are handed out first, so that no long test starts last.
+tests/oracles (they load and build the same oracle kernels). Judges started by tests on different
+workers need no care: each takes evaluation uids that no other judge on the host holds
+(``metakernelbench.judge.uid_locks``). Tests marked ``slow`` (with the tests that share their work) are
+handed out first, so that no long test starts last.
 """
 
 from __future__ import annotations
 
 import inspect
-import os
 from pathlib import Path
 
 import pytest
@@ -57,16 +56,6 @@ def _suffix_group_names(config, items):
             item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
 
 
-def _evaluations_share_uids() -> bool:
-    """Whether a judge started here drops its evaluations to the shared evaluation uids: as root, when
-    the first of them can run this interpreter (the judge decides so: ``SubprocessIsolation._probe_uid``)."""
-    if os.geteuid() != 0:
-        return False
-    from metakernelbench.judge.isolation import BASE_EVAL_UID, SubprocessIsolation
-
-    return SubprocessIsolation._probe_uid(BASE_EVAL_UID) is None
-
-
 def _shares_module_work(item) -> bool:
     if TESTS / "oracles" in Path(item.path).parents:
         return True
@@ -87,21 +76,11 @@ def _shares_module_work(item) -> bool:
 class WorkerOrder:
     """Groups and orders the collected tests on an xdist worker (every worker computes the same)."""
 
-    def __init__(self):
-        self.shared_uids: bool | None = None
-
     @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
     def pytest_collection_modifyitems(self, config, items):
         units = {}
         for item in items:
-            group = None
-            if item.get_closest_marker("evaluation_uids"):
-                if self.shared_uids is None:
-                    self.shared_uids = _evaluations_share_uids()
-                if self.shared_uids:
-                    group = "evaluation-uids"
-            if group is None and _shares_module_work(item):
-                group = item.nodeid.split("::")[0]
+            group = item.nodeid.split("::")[0] if _shares_module_work(item) else None
             if group is not None:
                 item.add_marker(pytest.mark.xdist_group(group))
             units[item] = group or item.nodeid

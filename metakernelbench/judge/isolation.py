@@ -61,6 +61,7 @@ from metakernelbench.verifier.result import Status, failure
 
 from .cpu_plan import CpuPlan, cpu_list_text
 from .runner import config_flags
+from .uid_locks import BASE_EVAL_UID, UID_BLOCK, UidInUse, UidLocks
 
 __all__ = [
     "BASE_EVAL_UID", "DockerIsolation", "EVAL_MARKER", "EvalDirs", "EvalOutcome", "EvalRequest", "GradeSettings",
@@ -71,7 +72,6 @@ __all__ = [
 
 log = logging.getLogger("metakernelbench.judge")
 EVAL_MARKER = "MKB_EVAL_ID"
-BASE_EVAL_UID = 61000
 # the judge's own secrets never reach an evaluation
 _ENV_DENY_PREFIXES = ("MKB_JUDGE", "MKB_ATTEMPT", "MKB_EVAL")
 
@@ -408,7 +408,11 @@ class SubprocessIsolation:
 
     def __init__(self, work_root: Path, settings: GradeSettings, problems_root: Path | None = None,
                  drop_privileges: bool | None = None, watch_imports: bool | None = None, watch_scope: str = "all",
-                 pool: bool = False, pool_dsls: tuple[str, ...] = DSLS, pool_max_age_s: float = 3600.0):
+                 pool: bool = False, pool_dsls: tuple[str, ...] = DSLS, pool_max_age_s: float = 3600.0,
+                 eval_uids: int = BASE_EVAL_UID):
+        # each slot's evaluations run as one uid of the block from eval_uids that no other judge on this
+        # host holds (uid_locks), taken at the slot's first use
+        self.eval_uids, self.uid_locks, self._slot_uids = eval_uids, UidLocks(), {}
         self.pool, self.pool_dsls, self.pool_max_age_s = pool, tuple(pool_dsls), pool_max_age_s
         self._warm: dict[int, WarmRunner] = {}  # each slot's warm runner (``idle``)
         self._failures: dict[int, int] = {}
@@ -424,7 +428,10 @@ class SubprocessIsolation:
             raise ValueError("dropping privileges for evaluations needs the judge to run as root")
         self.drop = root if drop_privileges is None else drop_privileges
         if self.drop:
-            why = self._probe_uid(BASE_EVAL_UID)
+            try:
+                why = self._probe_uid(self._take_uid(0))
+            except UidInUse as exc:
+                why = str(exc)
             if why and drop_privileges:
                 raise ValueError(f"an unprivileged uid cannot run the grader here: {why}")
             if why:  # e.g. the interpreter lives under a private home: fall back, and watch instead
@@ -440,7 +447,7 @@ class SubprocessIsolation:
         import hashlib
 
         self.instance = hashlib.sha256(str(self.work_root.resolve()).encode()).hexdigest()[:10]
-        self.kill_all()
+        self.kill_all()  # by marker; a uid's leftovers are ended when this judge takes the uid (_take_uid)
 
     def device_slots(self, configured: list[str]) -> list[str]:
         return list(configured)
@@ -450,16 +457,41 @@ class SubprocessIsolation:
 
     def describe(self) -> dict[str, Any]:
         return {"drop_privileges": self.drop, "drop_refused": (self.drop_refused or "")[:200] or None,
+                "eval_uids": f"{self.eval_uids}-{self.eval_uids + UID_BLOCK - 1}" if self.drop else None,
                 "watch_imports": self.watch, "watched_roots": len(self.roots), "tainted": self.tainted[:5],
                 "pool": self.pool_state() if self.pool else None}
 
     def kill_all(self) -> list[int]:
-        """End every process of every evaluation of this judge (at start and at shutdown)."""
+        """End every process of every evaluation of this judge (at start and at shutdown): those that
+        carry its marker, and every process of the evaluation uids it holds (never another judge's)."""
         killed = kill_leftovers(f"{self.instance}-", None, prefix=True)
-        if self.drop:
-            for slot in range(64):
-                killed += kill_leftovers("", BASE_EVAL_UID + slot) if _uid_in_use(BASE_EVAL_UID + slot) else []
+        for uid in self.uid_locks.held:
+            killed += kill_leftovers("", uid) if _uid_in_use(uid) else []
         return killed
+
+    def _take_uid(self, slot: int) -> int:
+        """The slot's evaluation uid: ``eval_uids + slot`` when no other judge on this host holds it, else
+        the next uid of the block that none holds (``UidInUse`` when every one is held); this judge holds
+        it from the slot's first use on, and what a judge that held it before left running is ended."""
+        if slot in self._slot_uids:
+            return self._slot_uids[slot]
+        if not 0 <= slot < UID_BLOCK:
+            raise UidInUse(f"device slot {slot}: a judge has {UID_BLOCK} evaluation uids, one per slot")
+        mine = set(self._slot_uids.values())
+        for k in [*range(slot, UID_BLOCK), *range(slot)]:
+            uid = self.eval_uids + k
+            if uid in mine:
+                continue
+            try:
+                fresh = self.uid_locks.acquire(uid)
+            except UidInUse:
+                continue
+            if fresh and _uid_in_use(uid):
+                kill_leftovers("", uid)
+            self._slot_uids[slot] = uid
+            return uid
+        raise UidInUse(f"every evaluation uid from {self.eval_uids} to {self.eval_uids + UID_BLOCK - 1} belongs to "
+                       "another judge on this host")
 
     drop_refused: str | None = None
     cpu_plan: CpuPlan | None = None  # each device slot's own CPUs (set by the judge: cpu_plan.host_plan)
@@ -501,7 +533,7 @@ class SubprocessIsolation:
             d.mkdir(mode=0o700)
         # a short TMPDIR: multiprocessing puts unix sockets there, and their paths must stay under 108 bytes
         tmp = Path(tempfile.mkdtemp(prefix=f"mkb-{marker[-6:]}-", dir="/tmp" if os.path.isdir("/tmp") else None))
-        uid = BASE_EVAL_UID + slot if self.drop else None
+        uid = self._take_uid(slot) if self.drop else None
         # one eager-baseline cache per device slot, kept across evaluations; only the grader writes it
         # (the candidate's worker is confined to its scratch folder by landlock)
         cache = self.work_root.parent / f"{self.work_root.name}.eager-cache" / f"slot-{slot}"
@@ -576,7 +608,11 @@ class SubprocessIsolation:
         if warm is not None:
             dirs, proc, report, reader, started_ns = warm.dirs, warm.proc, warm.report, warm.reader, warm.dispatched_ns
         else:
-            dirs, report = self._new_dirs(slot, str(req.submission_id)), RunnerReport()
+            report = RunnerReport()
+            try:
+                dirs = self._new_dirs(slot, str(req.submission_id))
+            except UidInUse as exc:
+                return outcome_without_result(req, report, str(exc))
             self._write_kernel(dirs, req.source)
             started_ns = time.time_ns()
             proc = self._popen(self.command(req, dirs.kernel, device), dirs, slot, subprocess.DEVNULL)
@@ -632,7 +668,11 @@ class SubprocessIsolation:
         return self.settings.grade_config().start_timeout_s + 60.0
 
     def _start_warm(self, slot: int, device: str) -> WarmRunner | None:
-        dirs = self._new_dirs(slot, f"warm{slot}")
+        try:
+            dirs = self._new_dirs(slot, f"warm{slot}")
+        except UidInUse as exc:
+            log.warning("slot %s: no warm runner: %s", slot, exc)
+            return None
         proc = self._popen(self.warm_command(device), dirs, slot, subprocess.PIPE)
         if isinstance(proc, str):
             log.warning("slot %s: no warm runner: %s", slot, proc)
@@ -727,7 +767,10 @@ class SubprocessIsolation:
             warm, self._warm = list(self._warm.values()), {}
         for w in warm:
             self._discard(w)
-        return self.kill_all()
+        killed = self.kill_all()
+        self.uid_locks.release()
+        self._slot_uids.clear()
+        return killed
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -84,7 +84,6 @@ def _run(tmp_path, kernel: Path) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.evaluation_uids
 def test_cpu_run_records_the_final_grade_of_each_oracle(tmp_path):
     record = _run(tmp_path, CPU_KERNEL)
     assert {"command", "commit", "device", "date", "tasks", "oracle_files", "runs"} <= set(record)
@@ -97,7 +96,6 @@ def test_cpu_run_records_the_final_grade_of_each_oracle(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.evaluation_uids
 def test_cpu_run_records_a_wrong_kernel_as_not_passed(tmp_path):
     wrong = tmp_path / "wrong_tirx.py"
     wrong.write_text(CPU_KERNEL.read_text().replace("EPS = 1e-5", "EPS = 1e-1"))

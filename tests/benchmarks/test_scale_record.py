@@ -34,7 +34,6 @@ def test_a_failed_grading_is_visible():
 
 
 @pytest.mark.slow
-@pytest.mark.evaluation_uids
 def test_two_fake_devices_on_the_cpu(tmp_path):
     out = tmp_path / "scale.json"
     task = "28_fused_add_rmsnorm_h4096_llama31_8b_bf16_tirx"

@@ -50,7 +50,6 @@ MODEL = "openai/mkb-scripted"
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.evaluation_uids,
     pytest.mark.skipif(os.geteuid() != 0 and unshare_problem() is not None,
                        reason=f"the local environment cannot isolate here: {unshare_problem()}"),
     pytest.mark.skipif(shutil.which("tmux") is None, reason="Terminus-2 needs tmux in the sandbox"),

@@ -35,7 +35,6 @@ JUDGE_ARGS = "--devices cpu --small --draws 2 --warmup 2 --timed 5 --rechecks 1 
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.evaluation_uids,
     pytest.mark.skipif(os.geteuid() != 0 and unshare_problem() is not None,
                        reason=f"the local environment cannot isolate here: {unshare_problem()}"),
 ]

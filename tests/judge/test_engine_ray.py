@@ -32,7 +32,6 @@ REPO = Path(__file__).resolve().parents[2]
 TASK = "metakernelbench/28_fused_add_rmsnorm_h4096_llama31_8b_bf16_tirx"
 KERNEL = (REPO / "tests" / "fixtures" / "kernels" / "rmsnorm_tirx_llvm.py").read_bytes()
 SMALL = GradeSettings(small=True, draws=2, warmup=2, timed=5, rechecks=1)
-pytestmark = pytest.mark.evaluation_uids  # the device actors grade with the judge's own isolation
 
 
 def test_fingerprint_covers_grader_and_problem_files(tmp_path):
