@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -97,6 +98,22 @@ def _device() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
+def _original_commit(original: Path, given: str | None) -> str:
+    """The original's commit: its own checkout's HEAD when ``original`` is the top of a git checkout
+    (never the HEAD of a repository that merely contains the folder), else ``given``, else the commit
+    that problems/catalog.toml says the problems are aligned to."""
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, cwd=original)
+    if top.returncode == 0 and Path(top.stdout.strip()).resolve() == original.resolve():
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=original).stdout.strip()
+    if given:
+        return given
+    found = re.search(r"commit ([0-9a-f]{40})", (REPO / "problems" / "catalog.toml").read_text())
+    if not found:
+        raise SystemExit(f"{original} is not a git checkout: give --original-commit")
+    return found[1]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--original", type=Path, required=True, help="checkout of the original benchmark")
@@ -105,7 +122,11 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=REPO / "results" / "h200" / "parity.json")
     p.add_argument("--experiment", type=Path, default=REPO / "adapters" / "metakernelbench" / "parity_experiment.json")
     p.add_argument("--notes", default="", help="what explains a difference (written into the file's notes)")
+    p.add_argument("--original-commit", default=None,
+                   help="the original's commit when --original is a copy of its files rather than a git checkout "
+                        "(default: the commit problems/catalog.toml is aligned to)")
     args = p.parse_args()
+    original_commit = _original_commit(args.original, args.original_commit)
     chosen = pairs(args.original, args.only)
     if not chosen:
         p.error(f"no oracle kernel of a problem that {args.original}/problems ships")
@@ -118,8 +139,6 @@ def main() -> int:
             print(f"run {run} {task}: ours {ours.status} {ours.speedup}, original {original.status} "
                   f"{original.speedup}", flush=True)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
-    original_commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                     cwd=args.original).stdout.strip()
     date, device = dt.date.today().isoformat(), _device()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
