@@ -131,9 +131,8 @@ class GradeConfig:
     pin_cores: bool = True  # the grader's spin on a core of its own, the workers off that core and its sibling
     require_sandbox: bool = False  # an OS limit that cannot be set is INFRA_ERROR instead of a note
     # After each reply a worker may poll for the next request this long instead of sleeping (only
-    # with a core plan). A slept core runs the next call's host side slower on the H200 host, but
-    # polling workers also compete for cores: off until the H200 records show which way it moves
-    # the grade (benchmarks/h200_timing.py; docs/grading.md).
+    # with a core plan): a slept core runs the next call's host side slower, but polling workers
+    # also compete for cores (docs/grading.md weighs the two; off by default).
     hot_wait_ms: float = 0.0
     # The device memory the grade plans its placement for (``verifier.memory``): None takes the CUDA
     # device's whole memory (a CPU grade plans nothing); a smaller figure grades as if on a smaller card.

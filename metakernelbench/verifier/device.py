@@ -26,7 +26,7 @@ class DeviceTools:
     @classmethod
     def create(cls, device: torch.device, flush: bool = True) -> DeviceTools:
         """``flush``: allocate the L2 flush buffer (the grader's input stage flushes before each call;
-        a worker, which no longer flushes itself, passes False and keeps the GPU memory)."""
+        a worker does not flush, since the grader does it from outside, so it passes False and keeps the GPU memory)."""
         tools = cls(device)
         if device.type == "cuda":
             l2 = torch.cuda.get_device_properties(device).L2_cache_size

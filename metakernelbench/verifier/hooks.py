@@ -19,7 +19,7 @@ The TIRx compile entry points also audit the module they are given: extern, pack
 calls (``T.call_extern``, ``T.cuda.func_call(source_code=...)``, ...) leave the DSL however the
 submission assembled them, so they are refused before compiling.
 
-Entry points (from the DSL sources, see notes/dsl-cute.md §8 and dsl-tirx.md §11):
+Entry points (read from the DSLs' own sources at the pinned versions):
 - CuTe DSL 4.8: ``JitCompiledFunction.__call__`` / ``.run_compiled_program`` (direct ``@cute.jit``
   calls end there too) and the TVM-FFI subclasses' ``__call__``.
 - TIRx (apache-tvm 0.27): every function handed out by ``tvm_ffi.Module.get_function`` of a module

@@ -11,7 +11,7 @@ Only some of this must be on the GPU: the candidate's inputs and its own work, a
 reference timed where the kernel is. Everything else may move to host memory without changing a
 comparison or a verdict:
 
-- ``keep_on_device`` off: the candidate worker no longer keeps every timed call's outputs on the GPU;
+- ``keep_on_device`` off: the candidate worker does not keep every timed call's outputs on the GPU;
   each timed call sends its outputs to the grader (every one of them, so the worker still cannot
   tell which calls are rechecked), which keeps those of the secretly chosen calls in host memory;
 - ``expected_on_host``: the reference's graded values (and the anchor's) go to host memory as soon as
