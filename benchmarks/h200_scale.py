@@ -78,6 +78,9 @@ def run_n(devices: list[str], kernels: dict[str, Path], gradings: int, judge_arg
         mine = [d for t, d in results if t == task]
         speedups = [d["result"].get("speedup") for d in mine if d.get("status") == "PASSED"]
         per_task[task] = {"statuses": sorted(d.get("status") for d in mine), "speedup": speedups,
+                          # why a grading did not pass, in the grader's words (the record must explain itself)
+                          "failures": [str((d.get("result") or {}).get("message") or d.get("error") or "")[:300]
+                                       for d in mine if d.get("status") != "PASSED"],
                           "speedup_median": statistics.median(speedups) if speedups else None,
                           "speedup_cv": (statistics.pstdev(speedups) / statistics.mean(speedups))
                           if len(speedups) >= 2 else None,
