@@ -39,6 +39,7 @@ import os
 import sys
 import time
 import traceback
+from contextlib import ExitStack
 
 from metakernelbench.contract import DSLS  # standard library only, like everything this runner imports first
 
@@ -180,7 +181,7 @@ def _start_workers_early(args: argparse.Namespace):
 
 
 def _assign_warm(warm, args: argparse.Namespace):
-    """The warm workers made this evaluation's (``WarmWorkers.assign``): (its ``Started``, None), or
+    """The warm workers made this evaluation's (``WarmWorkers.assign``): (its ``Workers``, None), or
     (None, why not) with them ended (``grade`` then starts its own, as for a runner started cold)."""
     inputs = _early_inputs(args)
     why = inputs if isinstance(inputs, str) else warm.unusable(args.dsl)
@@ -271,28 +272,29 @@ def main(argv: list[str] | None = None) -> int:
             warm.close()
             facts.update(warm="false", warm_fallback=f"the warm workers could not be assigned: {exc}"[:300])
         early = None
-    try:
-        from pathlib import Path
+    with ExitStack() as owned:
+        if early is not None:
+            owned.enter_context(early)  # ended on every way out; ``grade`` ends them itself when it ends
+        try:
+            from pathlib import Path
 
-        from metakernelbench.problems import PROBLEMS_DIR, find_problem
-        from metakernelbench.verifier.grader import GradeConfig, grade
+            from metakernelbench.problems import PROBLEMS_DIR, find_problem
+            from metakernelbench.verifier.grader import GradeConfig, grade
 
-        root = Path(args.problems_root) if args.problems_root else PROBLEMS_DIR
-        problem = find_problem(args.problem, root)
-        if args.small:
-            problem.spec = problem.spec.model_copy(
-                update={"workload": {**problem.spec.workload, **problem.spec.small_workload}})
-        config = GradeConfig(**_overrides(args))
-        import torch  # noqa: F401 - a broken install must fail here, before grading starts
-    except Exception as exc:  # noqa: BLE001 - an infrastructure fault: nothing of the kernel was graded
-        from metakernelbench.verifier.launch import close_quietly
-
-        close_quietly(early)
-        emit({"infra": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=5)})
-        return 3
-    emit({"stage": "grading"})
-    facts["runner_before_grade_s"] = f"{time.perf_counter() - began:.3f}"
-    result = grade(problem, args.kernel, args.dsl, device=args.device, config=config, workers=early)
+            root = Path(args.problems_root) if args.problems_root else PROBLEMS_DIR
+            problem = find_problem(args.problem, root)
+            if args.small:
+                problem.spec = problem.spec.model_copy(
+                    update={"workload": {**problem.spec.workload, **problem.spec.small_workload}})
+            config = GradeConfig(**_overrides(args))
+            import torch  # noqa: F401 - a broken install must fail here, before grading starts
+        except Exception as exc:  # noqa: BLE001 - an infrastructure fault: nothing of the kernel was graded
+            owned.close()  # the workers end before the report says so
+            emit({"infra": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=5)})
+            return 3
+        emit({"stage": "grading"})
+        facts["runner_before_grade_s"] = f"{time.perf_counter() - began:.3f}"
+        result = grade(problem, args.kernel, args.dsl, device=args.device, config=config, workers=early)
     result.details.update(facts)
     emit({"result": result.model_dump(mode="json")})
     return 0

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from metakernelbench.problems import Problem
 
 from . import checks, provenance, timing
 from .evaluation import Evaluation
-from .launch import GradeConfig, Started, Verdict, close_quietly, cpu_list_text, start_workers
+from .launch import GradeConfig, Verdict, Workers, cpu_list_text, start_workers
 from .result import GradeResult, Status, Timing, failure
 from .rules import static_refusal
 from .score import score
@@ -63,14 +64,15 @@ def _stamped(progress: Callable[[str], None] | None, started: float) -> Callable
 
 def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | None = None,
           config: GradeConfig = GradeConfig(), protected_paths: list[str] | None = None,
-          workers: Started | None = None, progress: Callable[[str], None] | None = None) -> GradeResult:
+          workers: Workers | None = None, progress: Callable[[str], None] | None = None) -> GradeResult:
     """Grade one kernel file; never raises for anything the kernel does.
 
-    ``workers``: the evaluation's workers, already started by ``launch.start_workers`` for this
-    kernel, problem and device (the judge's runner starts them before importing torch itself);
-    otherwise they are started here once the static rules pass. ``progress``: called with one line
-    as each stage begins (the stage, the seconds since the start, the limit that applies), never
-    inside a timed call.
+    ``workers``: the evaluation's workers, already started by ``launch.start_workers`` (or made its
+    own by ``WarmWorkers.assign``) for this kernel, problem and device (the judge's runner starts them
+    before importing torch itself); otherwise they are started here once the static rules pass. Either
+    way this grade owns them from here on and ends them when it ends, whichever way it ends.
+    ``progress``: called with one line as each stage begins (the stage, the seconds since the start,
+    the limit that applies), never inside a timed call.
     """
     started = time.perf_counter()
     say = _stamped(progress, started)
@@ -78,37 +80,37 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
     kernel_path = Path(kernel_path).resolve()
     name = problem.spec.name
     _no_reduced_precision()
-    try:
-        source = kernel_path.read_bytes()
-    except OSError as exc:
-        close_quietly(workers)
-        return failure(Status.COMPILE_ERROR, name, dsl, f"cannot read the kernel file: {exc}")
-    refusal = static_refusal(name, dsl, source, started)
-    if refusal is not None:
-        close_quietly(workers)  # (a caller starts workers only after these checks pass)
-        return refusal
-    stages.mark("static")
-    chosen = _device_of(device)
-    problem_file = problem.spec.path.resolve()
-    if workers is not None and workers.key != (str(kernel_path), dsl, str(problem_file), str(chosen)):
-        close_quietly(workers)  # started for another kernel, problem or device: start afresh
-        workers = None
-    if workers is None:
-        workers = start_workers(kernel_path, dsl, problem_file, len(problem.spec.outputs), str(chosen), config,
-                                protected_paths)
-    ev = Evaluation(problem, kernel_path, dsl, chosen, config, workers, progress=say)
-    details: dict[str, str] = {}
-    fields: dict[str, Any] = {"stages_s": stages.seconds, "details": details}
-    try:
-        result = _stages(ev, stages, fields, details)
-    except Verdict as verdict:
-        fields.update(verdict.fields)
-        fields.pop("speedup", None)
-        result = failure(verdict.status, name, dsl, verdict.message, **fields)
-    except Exception as exc:  # noqa: BLE001 - a fault of the grader itself
-        result = failure(Status.INFRA_ERROR, name, dsl, f"grader fault: {type(exc).__name__}: {exc}", **fields)
-    finally:
-        close_quietly(workers)  # both workers (a restarted candidate too), the scratch folder, the CPUs
+    with ExitStack() as owned:
+        if workers is not None:
+            owned.enter_context(workers)  # (a caller starts workers only after the static checks pass)
+        try:
+            source = kernel_path.read_bytes()
+        except OSError as exc:
+            return failure(Status.COMPILE_ERROR, name, dsl, f"cannot read the kernel file: {exc}")
+        refusal = static_refusal(name, dsl, source, started)
+        if refusal is not None:
+            return refusal
+        stages.mark("static")
+        chosen = _device_of(device)
+        problem_file = problem.spec.path.resolve()
+        if workers is not None and workers.key != (str(kernel_path), dsl, str(problem_file), str(chosen)):
+            workers.end()  # started for another kernel, problem or device: start afresh
+            workers = None
+        if workers is None:
+            workers = owned.enter_context(start_workers(kernel_path, dsl, problem_file, len(problem.spec.outputs),
+                                                        str(chosen), config, protected_paths))
+        ev = Evaluation(problem, kernel_path, dsl, chosen, config, workers, progress=say)
+        details: dict[str, str] = {}
+        fields: dict[str, Any] = {"stages_s": stages.seconds, "details": details}
+        try:
+            result = _stages(ev, stages, fields, details)
+        except Verdict as verdict:
+            fields.update(verdict.fields)
+            fields.pop("speedup", None)
+            result = failure(verdict.status, name, dsl, verdict.message, **fields)
+        except Exception as exc:  # noqa: BLE001 - a fault of the grader itself
+            result = failure(Status.INFRA_ERROR, name, dsl, f"grader fault: {type(exc).__name__}: {exc}", **fields)
+    # the workers have ended here: both (a relaunched candidate too), the scratch folder, the CPUs
     result.grade_wall_s = time.perf_counter() - started
     return result
 
