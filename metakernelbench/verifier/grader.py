@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -38,7 +37,7 @@ from metakernelbench.problems import Problem
 from . import checks, provenance, timing
 from .evaluation import Evaluation
 from .launch import GradeConfig, Verdict, Workers, cpu_list_text, start_workers
-from .result import GradeResult, Status, Timing, failure
+from .result import Findings, GradeResult, Status, Timing, failure
 from .rules import static_refusal
 from .score import score
 from .timing import Stages
@@ -100,16 +99,14 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
             workers = owned.enter_context(start_workers(kernel_path, dsl, problem_file, len(problem.spec.outputs),
                                                         str(chosen), config, protected_paths))
         ev = Evaluation(problem, kernel_path, dsl, chosen, config, workers, progress=say)
-        details: dict[str, str] = {}
-        fields: dict[str, Any] = {"stages_s": stages.seconds, "details": details}
+        found = Findings(stages_s=stages.seconds, details={})
         try:
-            result = _stages(ev, stages, fields, details)
+            result = _stages(ev, stages, found)
         except Verdict as verdict:
-            fields.update(verdict.fields)
-            fields.pop("speedup", None)
-            result = failure(verdict.status, name, dsl, verdict.message, **fields)
+            found.take(verdict.fields)
+            result = found.failed(verdict.status, name, dsl, verdict.message)
         except Exception as exc:  # noqa: BLE001 - a fault of the grader itself
-            result = failure(Status.INFRA_ERROR, name, dsl, f"grader fault: {type(exc).__name__}: {exc}", **fields)
+            result = found.failed(Status.INFRA_ERROR, name, dsl, f"grader fault: {type(exc).__name__}: {exc}")
     # the workers have ended here: both (a relaunched candidate too), the scratch folder, the CPUs
     result.grade_wall_s = time.perf_counter() - started
     return result
@@ -123,16 +120,17 @@ def _no_reduced_precision() -> None:
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
 
 
-def _stages(ev: Evaluation, stages: Stages, fields: dict[str, Any], details: dict[str, str]) -> GradeResult:
+def _stages(ev: Evaluation, stages: Stages, found: Findings) -> GradeResult:
     """The pipeline after the static rules: start, correctness, eager, timing, rechecks, audit, bypass,
-    score; each stage raises ``Verdict`` to end the grade, and its wall time goes to ``stages``."""
-    config, plan = ev.config, ev.workers.plan
+    score; each stage raises ``Verdict`` to end the grade, its wall time goes to ``stages`` and what it
+    establishes to ``found``."""
+    config, plan, details = ev.config, ev.workers.plan, found.details
     ev.candidate.release()  # the static rules passed: the candidate may import the kernel now
     if plan:
         details["cores"] = f"grader {sorted(plan[0])}, workers {cpu_list_text(plan[1])}"
     ev.say(f"starting the candidate worker (start limit {config.start_timeout_s:g} s)")
     ready = ev.await_candidate()
-    fields.update(device=ready.device, sandbox=ready.sandbox)
+    found.device, found.sandbox = ready.device, ready.sandbox
     stages.mark("start")
     details["candidate_import_s"] = f"{ready.import_s:.3f}"
     details["kernel_load_s"] = f"{ev.kernel_load_s:.3f}"  # the same import, on the grader's clock
@@ -171,16 +169,16 @@ def _stages(ev: Evaluation, stages: Stages, fields: dict[str, Any], details: dic
                    window_charge_us_max=f"{max(charges or [0.0]):.1f}",
                    spans_ms_median=f"{timing.median(kernel_loop.spans_ms):.6f}", gpu_process_check=(
                        "nvml" if ev.gpu.available else (ev.gpu.why or "not a GPU")))
-    fields.update(kernel_timing=kernel, eager_timing_before=eager.base, eager_timing_after=eager.check)
+    found.kernel_timing, found.eager_timing_before, found.eager_timing_after = kernel, eager.base, eager.check
     ev.say(f"rechecks: {config.rechecks} timed calls")
-    fields["rechecked_calls"] = checks.recheck(ev, seeds, keep)
+    found.rechecked_calls = checks.recheck(ev, seeds, keep)
     stages.mark("rechecks")
-    fields["launch_sites"] = list(ev.launch_sites)
+    found.launch_sites = list(ev.launch_sites)
     ev.say("DSL share: one profiled call")
-    fields["dsl_share"] = provenance.dsl_share(ev)
+    found.dsl_share = provenance.dsl_share(ev)
     stages.mark("dsl_share")
     ev.say(f"bypass test: {min(len(ev.launch_sites), config.max_bypass_sites)} launch site(s) suppressed in turn")
-    fields["bypass"] = provenance.bypass(ev)
+    found.bypass = provenance.bypass(ev)
     stages.mark("bypass")
     details["memory_plan"] = ev.memory.describe()
-    return score(ev.problem, ev.dsl, kernel, eager, config, fields)
+    return score(ev.problem, ev.dsl, kernel, eager, config, found)
