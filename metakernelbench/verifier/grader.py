@@ -37,8 +37,8 @@ from metakernelbench.problems import Problem
 from . import checks, provenance, timing
 from .evaluation import Evaluation
 from .launch import GradeConfig, Verdict, Workers, cpu_list_text, start_workers
-from .result import Findings, GradeResult, Status, Timing, failure
-from .rules import static_refusal
+from .result import Findings, GradeResult, Status, Timing
+from .rules import StaticCheck, check_kernel_file
 from .score import score
 from .timing import Stages
 
@@ -63,13 +63,17 @@ def _stamped(progress: Callable[[str], None] | None, started: float) -> Callable
 
 def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | None = None,
           config: GradeConfig = GradeConfig(), protected_paths: list[str] | None = None,
-          workers: Workers | None = None, progress: Callable[[str], None] | None = None) -> GradeResult:
+          workers: Workers | None = None, progress: Callable[[str], None] | None = None,
+          checked: StaticCheck | None = None) -> GradeResult:
     """Grade one kernel file; never raises for anything the kernel does.
 
     ``workers``: the evaluation's workers, already started by ``launch.start_workers`` (or made its
     own by ``WarmWorkers.assign``) for this kernel, problem and device (the judge's runner starts them
     before importing torch itself); otherwise they are started here once the static rules pass. Either
     way this grade owns them from here on and ends them when it ends, whichever way it ends.
+    ``checked``: the static stage this kernel file already passed (``rules.check_source``: the judge's
+    runner checks it before starting the workers), so it is not read and parsed again here; a check
+    that refused, or was of another file or DSL, is not taken (the file is checked here).
     ``progress``: called with one line as each stage begins (the stage, the seconds since the start,
     the limit that applies), never inside a timed call.
     """
@@ -82,13 +86,10 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
     with ExitStack() as owned:
         if workers is not None:
             owned.enter_context(workers)  # (a caller starts workers only after the static checks pass)
-        try:
-            source = kernel_path.read_bytes()
-        except OSError as exc:
-            return failure(Status.COMPILE_ERROR, name, dsl, f"cannot read the kernel file: {exc}")
-        refusal = static_refusal(name, dsl, source, started)
-        if refusal is not None:
-            return refusal
+        if checked is None or not checked.passed or (checked.kernel, checked.dsl) != (kernel_path, dsl):
+            checked = check_kernel_file(name, dsl, kernel_path, started)
+        if checked.refusal is not None:
+            return checked.refusal
         stages.mark("static")
         chosen = _device_of(device)
         problem_file = problem.spec.path.resolve()
