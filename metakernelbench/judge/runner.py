@@ -13,7 +13,8 @@ submission has run, so a failure is the infrastructure's (not charged); after it
 killed, stopped or silenced is a verdict against the submission. The runner may start the
 evaluation's workers while ``loading`` (before it imports torch: their start is the longest stage),
 but the candidate's worker imports the kernel file only when the grader releases it, after
-``grading`` (``protocol.LoadRequest``).
+``grading`` (``protocol.LoadRequest``). The static rules run once, here, before any worker starts;
+``grade`` takes their passing check (``rules.StaticCheck``) instead of reading the file again.
 
 ``--warm`` (the judge's pool, ``isolation.SubprocessIsolation``): the runner is started before its
 evaluation exists, in the evaluation's own folder, uid and CPUs. It starts one candidate worker per
@@ -39,6 +40,7 @@ import os
 import sys
 import time
 import traceback
+from contextlib import ExitStack
 
 from metakernelbench.contract import DSLS  # standard library only, like everything this runner imports first
 
@@ -141,13 +143,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _early_inputs(args: argparse.Namespace):
-    """(kernel file, problem file, number of outputs) when the workers can be started (or handed the
-    evaluation) before the grader decides anything: the device is given, the kernel passes the static
-    rules, the problem file declares its outputs as a literal. Otherwise why not (a string)."""
+    """(kernel file, problem file, number of outputs, the kernel's passing ``rules.StaticCheck``) when
+    the workers can be started (or handed the evaluation) before the grader decides anything: the
+    device is given, the kernel passes the static rules, the problem file declares its outputs as a
+    literal. Otherwise why not (a string). ``grade`` takes the check instead of checking again."""
     from pathlib import Path
 
     from metakernelbench.problems import PROBLEMS_DIR, ProblemError, declared_output_count, find_problem_path
-    from metakernelbench.verifier.rules import static_refusal
+    from metakernelbench.verifier.rules import check_source
 
     if not args.device:
         return "no device given"
@@ -161,33 +164,34 @@ def _early_inputs(args: argparse.Namespace):
     outputs = declared_output_count(problem_file)
     if outputs is None:
         return "the problem file does not declare its outputs as a literal"
-    if static_refusal(args.problem, args.dsl, source, 0.0) is not None:
+    checked = check_source(args.problem, args.dsl, kernel, source, 0.0)
+    if not checked.passed:
         return "the static rules refuse the kernel file"
-    return kernel, problem_file, outputs
+    return kernel, problem_file, outputs, checked
 
 
-def _start_workers_early(args: argparse.Namespace):
+def _start_workers_early(args: argparse.Namespace, inputs=None):
     """Start the evaluation's two workers before this process imports torch (they take the longest
-    to start; ``launch.start_workers``), when ``_early_inputs`` has everything they need without torch.
-    None otherwise (``grade`` then starts them itself)."""
+    to start; ``launch.start_workers``), when ``_early_inputs`` (``inputs``, read here when not given)
+    has everything they need without torch. None otherwise (``grade`` then starts them itself)."""
     from metakernelbench.verifier.launch import GradeConfig, start_workers
 
-    inputs = _early_inputs(args)
+    inputs = _early_inputs(args) if inputs is None else inputs
     if isinstance(inputs, str):
         return None
-    kernel, problem_file, outputs = inputs
+    kernel, problem_file, outputs, _ = inputs
     return start_workers(kernel, args.dsl, problem_file, outputs, args.device, GradeConfig(**_overrides(args)))
 
 
-def _assign_warm(warm, args: argparse.Namespace):
-    """The warm workers made this evaluation's (``WarmWorkers.assign``): (its ``Started``, None), or
-    (None, why not) with them ended (``grade`` then starts its own, as for a runner started cold)."""
-    inputs = _early_inputs(args)
+def _assign_warm(warm, args: argparse.Namespace, inputs):
+    """The warm workers made this evaluation's (``WarmWorkers.assign``) for ``_early_inputs``' ``inputs``:
+    (its ``Workers``, None), or (None, why not) with them ended (``grade`` then starts its own, as for
+    a runner started cold)."""
     why = inputs if isinstance(inputs, str) else warm.unusable(args.dsl)
     if why is not None:
         warm.close()
         return None, why
-    kernel, problem_file, outputs = inputs
+    kernel, problem_file, outputs, _ = inputs
     return warm.assign(kernel, args.dsl, problem_file, outputs), None
 
 
@@ -259,40 +263,44 @@ def main(argv: list[str] | None = None) -> int:
         facts["warm_idle_s"] = f"{began - ready:.3f}"
 
     emit({"stage": "loading"})
-    early = None
+    early = checked = None
     try:
+        inputs = _early_inputs(args)
+        checked = None if isinstance(inputs, str) else inputs[3]  # the static stage, done once
         if warm is not None:
-            early, why = _assign_warm(warm, args)
+            early, why = _assign_warm(warm, args, inputs)
             facts.update({"warm": "true"} if why is None else {"warm_fallback": why})
         else:
-            early = _start_workers_early(args)
+            early = _start_workers_early(args, inputs)
     except Exception as exc:  # noqa: BLE001 - an early start is an optimisation: grade() starts them otherwise
         if warm is not None:
             warm.close()
             facts.update(warm="false", warm_fallback=f"the warm workers could not be assigned: {exc}"[:300])
         early = None
-    try:
-        from pathlib import Path
+    with ExitStack() as owned:
+        if early is not None:
+            owned.enter_context(early)  # ended on every way out; ``grade`` ends them itself when it ends
+        try:
+            from pathlib import Path
 
-        from metakernelbench.problems import PROBLEMS_DIR, find_problem
-        from metakernelbench.verifier.grader import GradeConfig, grade
+            from metakernelbench.problems import PROBLEMS_DIR, find_problem
+            from metakernelbench.verifier.grader import GradeConfig, grade
 
-        root = Path(args.problems_root) if args.problems_root else PROBLEMS_DIR
-        problem = find_problem(args.problem, root)
-        if args.small:
-            problem.spec = problem.spec.model_copy(
-                update={"workload": {**problem.spec.workload, **problem.spec.small_workload}})
-        config = GradeConfig(**_overrides(args))
-        import torch  # noqa: F401 - a broken install must fail here, before grading starts
-    except Exception as exc:  # noqa: BLE001 - an infrastructure fault: nothing of the kernel was graded
-        from metakernelbench.verifier.launch import close_quietly
-
-        close_quietly(early)
-        emit({"infra": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=5)})
-        return 3
-    emit({"stage": "grading"})
-    facts["runner_before_grade_s"] = f"{time.perf_counter() - began:.3f}"
-    result = grade(problem, args.kernel, args.dsl, device=args.device, config=config, workers=early)
+            root = Path(args.problems_root) if args.problems_root else PROBLEMS_DIR
+            problem = find_problem(args.problem, root)
+            if args.small:
+                problem.spec = problem.spec.model_copy(
+                    update={"workload": {**problem.spec.workload, **problem.spec.small_workload}})
+            config = GradeConfig(**_overrides(args))
+            import torch  # noqa: F401 - a broken install must fail here, before grading starts
+        except Exception as exc:  # noqa: BLE001 - an infrastructure fault: nothing of the kernel was graded
+            owned.close()  # the workers end before the report says so
+            emit({"infra": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=5)})
+            return 3
+        emit({"stage": "grading"})
+        facts["runner_before_grade_s"] = f"{time.perf_counter() - began:.3f}"
+        result = grade(problem, args.kernel, args.dsl, device=args.device, config=config, workers=early,
+                       checked=checked)
     result.details.update(facts)
     emit({"result": result.model_dump(mode="json")})
     return 0

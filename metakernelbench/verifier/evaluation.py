@@ -25,7 +25,7 @@ from . import memory, outside, sandbox
 from .correctness import check_draw
 from .expected import anchor_values, reference_values
 from .gpu_procs import GpuProcesses, pci_bus_id
-from .launch import GradeConfig, Started, Verdict, WorkerHandle, candidate_setup, spawn_worker
+from .launch import GradeConfig, Verdict, WorkerHandle, Workers
 from .protocol import CallRequest, FetchRequest
 from .result import Mismatch, Status
 from .stage import InputStage
@@ -76,10 +76,10 @@ class Evaluation:
     """State of one grade: the problem, the device, the seeds and the two worker processes."""
 
     def __init__(self, problem: Problem, kernel_path: Path, dsl: str, device: torch.device,
-                 config: GradeConfig, workers: Started, progress: Callable[[str], None] | None = None):
+                 config: GradeConfig, workers: Workers, progress: Callable[[str], None] | None = None):
         self.problem, self.spec = problem, problem.spec
         self.kernel_path, self.dsl, self.device, self.config = kernel_path, dsl, device, config
-        self.workers = workers  # scratch folder, core plan, protected folders; closed by grade()
+        self.workers = workers  # their owner: relaunches the candidate; grade() ends them
         self.candidate, self.reference = workers.candidate, workers.reference
         self.rng = SystemRandom()
         self.launch_sites: list[str] = []
@@ -130,12 +130,9 @@ class Evaluation:
 
     # ---- workers -----------------------------------------------------------------------------
     def spawn_candidate(self) -> None:
-        """A new candidate worker (after a timeout or crash in the bypass test)."""
-        w = self.workers
-        setup = candidate_setup(self.kernel_path, self.dsl, str(self.device), len(self.spec.outputs),
-                                w.protected, w.scratch, self.config)
-        w.candidate = self.candidate = spawn_worker(setup, w.scratch, self.config, w.plan)
-        self.candidate.release()
+        """A new candidate worker in place of the current one (after a timeout or crash in the bypass
+        test), started and ended by the evaluation's ``Workers``."""
+        self.candidate = self.workers.relaunch_candidate(len(self.spec.outputs), self.config)
 
     def await_candidate(self) -> Ready:
         """Wait for the released candidate worker to start (the start limit: the grader's code) and to
@@ -373,6 +370,4 @@ class Evaluation:
         self.require_correct(self.judge_draw(seed, inputs, returned, draw, expected), where)
 
     def restart_candidate(self) -> None:
-        if self.candidate:
-            self.candidate.close()
         self.start_candidate()

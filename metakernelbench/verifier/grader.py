@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -36,9 +36,9 @@ from metakernelbench.problems import Problem
 
 from . import checks, provenance, timing
 from .evaluation import Evaluation
-from .launch import GradeConfig, Started, Verdict, close_quietly, cpu_list_text, start_workers
-from .result import GradeResult, Status, Timing, failure
-from .rules import static_refusal
+from .launch import GradeConfig, Verdict, Workers, cpu_list_text, start_workers
+from .result import Findings, GradeResult, Status, Timing
+from .rules import StaticCheck, check_kernel_file
 from .score import score
 from .timing import Stages
 
@@ -63,14 +63,19 @@ def _stamped(progress: Callable[[str], None] | None, started: float) -> Callable
 
 def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | None = None,
           config: GradeConfig = GradeConfig(), protected_paths: list[str] | None = None,
-          workers: Started | None = None, progress: Callable[[str], None] | None = None) -> GradeResult:
+          workers: Workers | None = None, progress: Callable[[str], None] | None = None,
+          checked: StaticCheck | None = None) -> GradeResult:
     """Grade one kernel file; never raises for anything the kernel does.
 
-    ``workers``: the evaluation's workers, already started by ``launch.start_workers`` for this
-    kernel, problem and device (the judge's runner starts them before importing torch itself);
-    otherwise they are started here once the static rules pass. ``progress``: called with one line
-    as each stage begins (the stage, the seconds since the start, the limit that applies), never
-    inside a timed call.
+    ``workers``: the evaluation's workers, already started by ``launch.start_workers`` (or made its
+    own by ``WarmWorkers.assign``) for this kernel, problem and device (the judge's runner starts them
+    before importing torch itself); otherwise they are started here once the static rules pass. Either
+    way this grade owns them from here on and ends them when it ends, whichever way it ends.
+    ``checked``: the static stage this kernel file already passed (``rules.check_source``: the judge's
+    runner checks it before starting the workers), so it is not read and parsed again here; a check
+    that refused, or was of another file or DSL, is not taken (the file is checked here).
+    ``progress``: called with one line as each stage begins (the stage, the seconds since the start,
+    the limit that applies), never inside a timed call.
     """
     started = time.perf_counter()
     say = _stamped(progress, started)
@@ -78,37 +83,32 @@ def grade(problem: Problem, kernel_path: str | Path, dsl: str, device: str | Non
     kernel_path = Path(kernel_path).resolve()
     name = problem.spec.name
     _no_reduced_precision()
-    try:
-        source = kernel_path.read_bytes()
-    except OSError as exc:
-        close_quietly(workers)
-        return failure(Status.COMPILE_ERROR, name, dsl, f"cannot read the kernel file: {exc}")
-    refusal = static_refusal(name, dsl, source, started)
-    if refusal is not None:
-        close_quietly(workers)  # (a caller starts workers only after these checks pass)
-        return refusal
-    stages.mark("static")
-    chosen = _device_of(device)
-    problem_file = problem.spec.path.resolve()
-    if workers is not None and workers.key != (str(kernel_path), dsl, str(problem_file), str(chosen)):
-        close_quietly(workers)  # started for another kernel, problem or device: start afresh
-        workers = None
-    if workers is None:
-        workers = start_workers(kernel_path, dsl, problem_file, len(problem.spec.outputs), str(chosen), config,
-                                protected_paths)
-    ev = Evaluation(problem, kernel_path, dsl, chosen, config, workers, progress=say)
-    details: dict[str, str] = {}
-    fields: dict[str, Any] = {"stages_s": stages.seconds, "details": details}
-    try:
-        result = _stages(ev, stages, fields, details)
-    except Verdict as verdict:
-        fields.update(verdict.fields)
-        fields.pop("speedup", None)
-        result = failure(verdict.status, name, dsl, verdict.message, **fields)
-    except Exception as exc:  # noqa: BLE001 - a fault of the grader itself
-        result = failure(Status.INFRA_ERROR, name, dsl, f"grader fault: {type(exc).__name__}: {exc}", **fields)
-    finally:
-        close_quietly(workers)  # both workers (a restarted candidate too), the scratch folder, the CPUs
+    with ExitStack() as owned:
+        if workers is not None:
+            owned.enter_context(workers)  # (a caller starts workers only after the static checks pass)
+        if checked is None or not checked.passed or (checked.kernel, checked.dsl) != (kernel_path, dsl):
+            checked = check_kernel_file(name, dsl, kernel_path, started)
+        if checked.refusal is not None:
+            return checked.refusal
+        stages.mark("static")
+        chosen = _device_of(device)
+        problem_file = problem.spec.path.resolve()
+        if workers is not None and workers.key != (str(kernel_path), dsl, str(problem_file), str(chosen)):
+            workers.end()  # started for another kernel, problem or device: start afresh
+            workers = None
+        if workers is None:
+            workers = owned.enter_context(start_workers(kernel_path, dsl, problem_file, len(problem.spec.outputs),
+                                                        str(chosen), config, protected_paths))
+        ev = Evaluation(problem, kernel_path, dsl, chosen, config, workers, progress=say)
+        found = Findings(stages_s=stages.seconds, details={})
+        try:
+            result = _stages(ev, stages, found)
+        except Verdict as verdict:
+            found.take(verdict.fields)
+            result = found.failed(verdict.status, name, dsl, verdict.message)
+        except Exception as exc:  # noqa: BLE001 - a fault of the grader itself
+            result = found.failed(Status.INFRA_ERROR, name, dsl, f"grader fault: {type(exc).__name__}: {exc}")
+    # the workers have ended here: both (a relaunched candidate too), the scratch folder, the CPUs
     result.grade_wall_s = time.perf_counter() - started
     return result
 
@@ -121,16 +121,17 @@ def _no_reduced_precision() -> None:
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
 
 
-def _stages(ev: Evaluation, stages: Stages, fields: dict[str, Any], details: dict[str, str]) -> GradeResult:
+def _stages(ev: Evaluation, stages: Stages, found: Findings) -> GradeResult:
     """The pipeline after the static rules: start, correctness, eager, timing, rechecks, audit, bypass,
-    score; each stage raises ``Verdict`` to end the grade, and its wall time goes to ``stages``."""
-    config, plan = ev.config, ev.workers.plan
+    score; each stage raises ``Verdict`` to end the grade, its wall time goes to ``stages`` and what it
+    establishes to ``found``."""
+    config, plan, details = ev.config, ev.workers.plan, found.details
     ev.candidate.release()  # the static rules passed: the candidate may import the kernel now
     if plan:
         details["cores"] = f"grader {sorted(plan[0])}, workers {cpu_list_text(plan[1])}"
     ev.say(f"starting the candidate worker (start limit {config.start_timeout_s:g} s)")
     ready = ev.await_candidate()
-    fields.update(device=ready.device, sandbox=ready.sandbox)
+    found.device, found.sandbox = ready.device, ready.sandbox
     stages.mark("start")
     details["candidate_import_s"] = f"{ready.import_s:.3f}"
     details["kernel_load_s"] = f"{ev.kernel_load_s:.3f}"  # the same import, on the grader's clock
@@ -169,16 +170,16 @@ def _stages(ev: Evaluation, stages: Stages, fields: dict[str, Any], details: dic
                    window_charge_us_max=f"{max(charges or [0.0]):.1f}",
                    spans_ms_median=f"{timing.median(kernel_loop.spans_ms):.6f}", gpu_process_check=(
                        "nvml" if ev.gpu.available else (ev.gpu.why or "not a GPU")))
-    fields.update(kernel_timing=kernel, eager_timing_before=eager.base, eager_timing_after=eager.check)
+    found.kernel_timing, found.eager_timing_before, found.eager_timing_after = kernel, eager.base, eager.check
     ev.say(f"rechecks: {config.rechecks} timed calls")
-    fields["rechecked_calls"] = checks.recheck(ev, seeds, keep)
+    found.rechecked_calls = checks.recheck(ev, seeds, keep)
     stages.mark("rechecks")
-    fields["launch_sites"] = list(ev.launch_sites)
+    found.launch_sites = list(ev.launch_sites)
     ev.say("DSL share: one profiled call")
-    fields["dsl_share"] = provenance.dsl_share(ev)
+    found.dsl_share = provenance.dsl_share(ev)
     stages.mark("dsl_share")
     ev.say(f"bypass test: {min(len(ev.launch_sites), config.max_bypass_sites)} launch site(s) suppressed in turn")
-    fields["bypass"] = provenance.bypass(ev)
+    found.bypass = provenance.bypass(ev)
     stages.mark("bypass")
     details["memory_plan"] = ev.memory.describe()
-    return score(ev.problem, ev.dsl, kernel, eager, config, fields)
+    return score(ev.problem, ev.dsl, kernel, eager, config, found)

@@ -7,7 +7,9 @@ and import the grader while they start (``start_workers``); the workers' start i
 of a grading. The candidate worker then waits for the grader's release (``WorkerHandle.release``)
 before it imports the kernel file, so starting early runs nothing of the submission. The judge's pool
 starts them earlier still, before the evaluation exists (``start_warm_workers``: a candidate worker per
-DSL and the reference worker, given their evaluation later by ``WarmWorkers.assign``). ``GradeConfig``
+DSL and the reference worker, given their evaluation later by ``WarmWorkers.assign``). Either way one
+``Workers`` owns an evaluation's two workers from there on: the grade relaunches its candidate through
+it and ends them by leaving its ``with`` block, whichever way the grade ends. ``GradeConfig``
 and ``Verdict`` are the contract's (``metakernelbench.contract``, torch-free as well); this module and
 ``grader`` re-export them.
 """
@@ -34,8 +36,8 @@ from .doorbell import DONE, READY, TOUCHED, Doorbell
 from .protocol import WARM_READY, CallRequest, LoadRequest, WorkerSetup
 
 __all__ = [
-    "CallClock", "FAILURE_STATUS", "GradeConfig", "SCRUBBED_PREFIXES", "Started", "Verdict", "WarmWorkers",
-    "WorkerHandle", "candidate_setup", "close_quietly", "core_plan", "cpu_list_text", "evaluations_root",
+    "CallClock", "FAILURE_STATUS", "GradeConfig", "SCRUBBED_PREFIXES", "Verdict", "WarmWorkers", "WorkerHandle",
+    "Workers", "candidate_setup", "close_quietly", "core_plan", "cpu_list_text", "evaluations_root",
     "reference_setup", "scrubbed_env", "spawn_worker", "start_warm_workers", "start_workers", "warm_setup",
 ]
 
@@ -304,8 +306,15 @@ def core_plan(available: set[int] | None = None) -> tuple[set[int], set[int]] | 
 
 
 @dataclass
-class Started:
-    """The two workers of one evaluation, started (``start_workers``) and handed to ``grade``."""
+class Workers:
+    """The two workers of one evaluation and everything they hold, owned from their start to their end.
+
+    Started by ``start_workers`` or made an evaluation's by ``WarmWorkers.assign``; whoever holds them
+    uses them as a context manager (``with workers:``), which ends them however the block ends:
+    both processes (a relaunched candidate included), the scratch folder, and the caller's CPU set
+    restored. ``relaunch_candidate`` replaces the candidate worker in place, so the one that ends
+    them is always the one that started them. Ending them twice is harmless.
+    """
 
     scratch: str  # the evaluation's scratch folder: the only place its workers may write
     protected: list[str]  # folders the candidate may not open (the problem's, and any the caller added)
@@ -314,10 +323,38 @@ class Started:
     plan: tuple[set[int], set[int]] | None  # (the grader's spin CPU, the workers' CPUs), see core_plan
     original_cpus: set[int] | None  # the caller's CPU set, restored when the grade ends
     key: tuple[str, str, str, str]  # (kernel file, dsl, problem file, device) they were started for
+    ended: bool = field(default=False, init=False)
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.end()
+
+    def relaunch_candidate(self, num_outputs: int, config: GradeConfig) -> WorkerHandle:
+        """End the candidate worker and start a released new one for the same kernel, DSL and device
+        (a worker that timed out or crashed cannot be asked again); the new one is returned."""
+        kernel, dsl, _, device = self.key
+        self.candidate.close()
+        setup = candidate_setup(Path(kernel), dsl, device, num_outputs, self.protected, self.scratch, config)
+        self.candidate = spawn_worker(setup, self.scratch, config, self.plan)
+        self.candidate.release()
+        return self.candidate
 
     def close(self) -> None:
+        """End both worker processes (the scratch folder and the CPUs stay: ``end``)."""
         for handle in (self.candidate, self.reference):
             handle.close()
+
+    def end(self) -> None:
+        """End both workers, remove the scratch folder and give the CPUs back."""
+        if self.ended:
+            return
+        self.ended = True
+        self.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        if self.plan and self.original_cpus:
+            os.sched_setaffinity(0, self.original_cpus)
 
 
 def candidate_setup(kernel: Path, dsl: str, device: str, num_outputs: int, protected: list[str], scratch: str,
@@ -352,7 +389,7 @@ def _scratch_and_plan(config: GradeConfig) -> tuple[str, set[int] | None, tuple[
 
 
 def start_workers(kernel: Path, dsl: str, problem_file: Path, num_outputs: int, device: str,
-                  config: GradeConfig, protected_paths: list[str] | None = None) -> Started:
+                  config: GradeConfig, protected_paths: list[str] | None = None) -> Workers:
     """Start the candidate and the reference worker of one evaluation, on their own CPUs.
 
     The candidate worker imports the kernel file only once released (``WorkerHandle.release``, which
@@ -366,7 +403,7 @@ def start_workers(kernel: Path, dsl: str, problem_file: Path, num_outputs: int, 
     candidate = spawn_worker(candidate_setup(kernel, dsl, device, num_outputs, protected, scratch, config), scratch,
                              config, plan)
     reference = spawn_worker(reference_setup(problem_file, device, num_outputs), scratch, config, plan)
-    return Started(scratch, protected, candidate, reference, plan, original,
+    return Workers(scratch, protected, candidate, reference, plan, original,
                    (str(kernel), dsl, str(problem_file), device))
 
 
@@ -412,7 +449,7 @@ class WarmWorkers:
         return None
 
     def assign(self, kernel: Path, dsl: str, problem_file: Path, num_outputs: int,
-               protected_paths: list[str] | None = None) -> Started:
+               protected_paths: list[str] | None = None) -> Workers:
         """Make these workers the evaluation's: the other DSLs' candidate workers are ended first (nothing
         but the evaluation's own workers runs beside the submission), then the candidate and the
         reference worker get the setup ``start_workers`` would have started them with."""
@@ -425,7 +462,7 @@ class WarmWorkers:
         candidate.configure(candidate_setup(kernel, dsl, self.device, num_outputs, protected, self.scratch,
                                             self.config))
         self.reference.configure(reference_setup(problem_file, self.device, num_outputs))
-        return Started(self.scratch, protected, candidate, self.reference, self.plan, self.original_cpus,
+        return Workers(self.scratch, protected, candidate, self.reference, self.plan, self.original_cpus,
                        (str(kernel), dsl, str(problem_file), self.device))
 
     def close(self) -> None:
@@ -470,11 +507,7 @@ def spawn_worker(setup: WorkerSetup, scratch: str, config: GradeConfig,
             os.sched_setaffinity(0, plan[0])
 
 
-def close_quietly(started: Started | None) -> None:
-    """Stop workers nobody will grade with, remove their scratch folder and give the CPUs back."""
-    if started is None:
-        return
-    started.close()
-    shutil.rmtree(started.scratch, ignore_errors=True)
-    if started.plan and started.original_cpus:
-        os.sched_setaffinity(0, started.original_cpus)
+def close_quietly(workers: Workers | None) -> None:
+    """End workers nobody will grade with (``Workers.end``); None: nothing to end."""
+    if workers is not None:
+        workers.end()

@@ -3,12 +3,15 @@
 ``GradeResult`` is what every consumer reads (the agent's report, Harbor's reward, the skill-transfer
 tables); its validator makes inconsistent verdicts impossible to construct (a PASSED result without
 timings, a speedup on a failure, ...), so a bug in the grader surfaces as an error, not a score.
+``Findings`` collects what a grade establishes stage by stage, in the result's own field names and
+types, and makes the one ``GradeResult`` whichever way the grade ends.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from metakernelbench.contract import SPEEDUP_CAP, Status  # defined in the contract; imported from here too
 
-__all__ = ["SPEEDUP_CAP", "GradeResult", "Mismatch", "Status", "Timing", "failure"]
+__all__ = ["SPEEDUP_CAP", "Findings", "GradeResult", "Mismatch", "Status", "Timing", "failure"]
 
 
 class Mismatch(BaseModel):
@@ -135,3 +138,53 @@ def failure(status: Status, problem: str, dsl: str, message: str, **fields) -> G
     if status is Status.PASSED:
         raise ValueError("failure() cannot build a PASSED result")
     return GradeResult(status=status, passed=False, problem=problem, dsl=dsl, message=message, **fields)
+
+
+@dataclass
+class Findings:
+    """What a grade has established so far, filled in by its stages: the ``GradeResult`` fields beside
+    the verdict itself, typed as the result types them. A field still None takes the result's default,
+    so a grade that ends early reports exactly what its finished stages found. ``stages_s`` and
+    ``details`` are filled in place as the grade goes on."""
+
+    stages_s: dict[str, float]
+    details: dict[str, str]
+    device: str | None = None
+    sandbox: str | None = None
+    mismatch: Mismatch | None = None
+    kernel_timing: Timing | None = None
+    eager_timing_before: Timing | None = None
+    eager_timing_after: Timing | None = None
+    rechecked_calls: list[int] | None = None
+    launch_sites: list[str] | None = None
+    dsl_share: dict[str, Any] | None = None
+    bypass: dict[str, str] | None = None
+    eager_ms: float | None = None
+    kernel_ms: float | None = None
+    eager_drift: float | None = None
+    eager_drift_flag: bool | None = None
+    floor_ms: float | None = None
+    speed_of_light: float | None = None
+
+    def take(self, found: dict[str, Any]) -> None:
+        """What a ``Verdict`` carries (``Verdict.fields``: the mismatch, the details, a stage's partial
+        findings), in place of what was there; a speedup it names is not a failure's to report."""
+        known = {f.name for f in fields(self)}
+        for name, value in found.items():
+            if name == "speedup":
+                continue
+            if name not in known:
+                raise TypeError(f"a verdict carried {name!r}, which is no field of a grade's findings")
+            setattr(self, name, value)
+
+    def _set(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    def passed(self, problem: str, dsl: str, message: str, speedup: float) -> GradeResult:
+        """The PASSED result: these findings and the speedup (its scored value capped at ``SPEEDUP_CAP``)."""
+        return GradeResult(status=Status.PASSED, passed=True, problem=problem, dsl=dsl, message=message,
+                           speedup=speedup, score_speedup=min(speedup, SPEEDUP_CAP), **self._set())
+
+    def failed(self, status: Status, problem: str, dsl: str, message: str) -> GradeResult:
+        """A non-passing result with these findings (``failure``)."""
+        return failure(status, problem, dsl, message, **self._set())

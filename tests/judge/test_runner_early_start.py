@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from metakernelbench.judge.runner import _read_dispatch, _start_workers_early, parse_args
+from metakernelbench.judge.runner import _early_inputs, _read_dispatch, _start_workers_early, parse_args
 from metakernelbench.verifier.launch import close_quietly
 
 HONEST = Path(__file__).resolve().parents[1] / "exploits" / "control_honest_28.py"
@@ -52,3 +52,20 @@ def test_a_warm_runner_takes_its_evaluation_from_one_line_of_its_dispatch_channe
         parse_args(["--warm"])  # a warm runner is started for one device slot
     with pytest.raises(SystemExit):
         parse_args(["--problem", "28", "--dsl", "tirx"])  # a cold one names its evaluation
+
+
+def test_the_static_check_runs_once_and_is_handed_to_the_grade(tmp_path):
+    """The runner's check of the kernel file is what ``grade`` takes; one of another file or DSL, or a
+    refusal, it does not take (it checks the file itself)."""
+    from metakernelbench.problems import find_problem
+    from metakernelbench.verifier.grader import grade
+    from metakernelbench.verifier.result import Status
+    from metakernelbench.verifier.rules import StaticCheck
+
+    kernel, _, outputs, checked = _early_inputs(_args("--device", "cpu"))
+    assert checked.passed and (checked.kernel, checked.dsl, outputs) == (HONEST.resolve(), "tirx", 1)
+    bad = tmp_path / "kernel.py"
+    bad.write_text("import triton\ndef solve(*a):\n    return None\n")
+    problem = find_problem("28")
+    for handed in (StaticCheck(bad.resolve(), "cutedsl", None), StaticCheck(HONEST.resolve(), "tirx", None)):
+        assert grade(problem, bad, "tirx", device="cpu", checked=handed).status is Status.RULE_VIOLATION

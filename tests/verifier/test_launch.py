@@ -41,3 +41,37 @@ def test_declared_outputs_are_read_without_running_the_problem_file():
 
     assert declared_output_count(find_problem_path("28")) == 1
     assert declared_output_count(find_problem_path("01")) == 2
+
+
+class _Handle:
+    def __init__(self):
+        self.closed, self.released = 0, 0
+
+    def close(self):
+        self.closed += 1
+
+    def release(self):
+        self.released += 1
+
+
+def test_workers_end_once_on_every_way_out_and_own_a_relaunched_candidate(tmp_path, monkeypatch):
+    from metakernelbench.verifier import launch
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    first, reference, second = _Handle(), _Handle(), _Handle()
+    spawned = []
+    monkeypatch.setattr(launch, "spawn_worker", lambda setup, *rest: spawned.append(setup) or second)
+    workers = launch.Workers(str(scratch), ["/p"], first, reference, None, None,
+                             (str(tmp_path / "k.py"), "tirx", str(tmp_path / "p.py"), "cpu"))
+    try:
+        with workers:
+            assert workers.relaunch_candidate(2, GradeConfig()) is second
+            raise RuntimeError("a fault in the middle of a grade")
+    except RuntimeError:
+        pass
+    assert first.closed == 1 and second.released == 1 and workers.candidate is second
+    assert spawned[0].path == str(tmp_path / "k.py") and spawned[0].num_outputs == 2
+    assert (second.closed, reference.closed) == (1, 1) and not scratch.exists()
+    launch.close_quietly(workers)  # ending again does nothing
+    assert (second.closed, reference.closed) == (1, 1)

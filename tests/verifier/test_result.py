@@ -150,3 +150,20 @@ def test_timing_of_constant_samples_has_no_spread():
 def test_mismatch_excess():
     assert Mismatch(output="o", draw=0, check="max_abs", detail="", error=6.0, allowance=2.0).excess == 3.0
     assert Mismatch(output="o", draw=0, check="structure", detail="").excess is None
+
+
+def test_findings_report_what_was_found_and_the_defaults_for_the_rest():
+    from metakernelbench.verifier.result import Findings
+
+    found = Findings({"start": 1.0}, {"cores": "0"})
+    found.launch_sites, found.floor_ms = ["k"], None
+    mismatch = Mismatch(output="out", draw=0, check="max_abs", detail="off")
+    found.take({"mismatch": mismatch, "details": {"traceback": "t"}, "speedup": 2.0})
+    result = found.failed(Status.INCORRECT, "p", "tirx", "wrong")
+    assert result.mismatch == mismatch and result.details == {"traceback": "t"} and result.speedup is None
+    assert result.launch_sites == ["k"] and result.bypass == {} and result.eager_drift_flag is False
+    assert result.stages_s == {"start": 1.0} and result.floor_ms is None
+    with pytest.raises(TypeError):
+        found.take({"not_a_field": 1})
+    passed_result = Findings({}, {}, kernel_ms=1.0, eager_ms=300.0).passed("p", "tirx", "ok", 300.0)
+    assert passed_result.passed and passed_result.score_speedup == SPEEDUP_CAP
