@@ -18,7 +18,7 @@ from metakernelbench.problems import REPO_ROOT, find_problem
 from metakernelbench.verifier import provenance, rules
 from metakernelbench.verifier import score as score_mod
 from metakernelbench.verifier.grader import GradeConfig
-from metakernelbench.verifier.result import Status, Timing
+from metakernelbench.verifier.result import Findings, Status, Timing
 from metakernelbench.verifier.timing import EagerBaseline
 
 TASKS = REPO_ROOT / "tasks"
@@ -38,7 +38,7 @@ def _scored_cap() -> float:
     saved = score_mod.floor_mod.floor_ms
     score_mod.floor_mod.floor_ms = lambda p: None
     try:
-        result = score_mod.score(problem, "tirx", Timing.from_samples([1.0]), eager, GradeConfig(), {})
+        result = score_mod.score(problem, "tirx", Timing.from_samples([1.0]), eager, GradeConfig(), Findings(stages_s={}, details={}))
     finally:
         score_mod.floor_mod.floor_ms = saved
     assert result.status is Status.PASSED and result.speedup == pytest.approx(1e4)

@@ -12,11 +12,13 @@ from __future__ import annotations
 import ast
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 __all__ = [
     "DSL_FOREIGN", "FORBIDDEN_BUILTINS", "FORBIDDEN_MODULES", "FORBIDDEN_NAMES", "MAX_KERNEL_BYTES", "QUALIFIED",
-    "RuleViolation", "module_rule", "scan_source", "static_refusal",
+    "RuleViolation", "StaticCheck", "check_kernel_file", "check_source", "module_rule", "scan_source",
+    "static_refusal",
 ]
 
 if TYPE_CHECKING:
@@ -337,3 +339,38 @@ def static_refusal(name: str, dsl: str, source: bytes, started: float) -> GradeR
                        violations=[str(v) for v in violations],
                        grade_wall_s=time.perf_counter() - started)
     return None
+
+
+@dataclass(frozen=True)
+class StaticCheck:
+    """One kernel file judged by the static stage: the file (resolved), its DSL and the refusal (None:
+    it passed). The first reader of the file checks it once (``grade``, or the judge's runner before it
+    starts the workers) and a passing check is handed on to ``grade``, which does not read and parse
+    the file again: nothing of the submission runs before the grade releases the candidate worker, so
+    the file the worker imports is the file that was checked either way."""
+
+    kernel: Path
+    dsl: str
+    refusal: GradeResult | None
+
+    @property
+    def passed(self) -> bool:
+        return self.refusal is None
+
+
+def check_source(name: str, dsl: str, kernel: Path, source: bytes, started: float) -> StaticCheck:
+    """The static stage on the bytes of ``kernel`` already read (``static_refusal``)."""
+    return StaticCheck(kernel, dsl, static_refusal(name, dsl, source, started))
+
+
+def check_kernel_file(name: str, dsl: str, kernel_path: str | Path, started: float) -> StaticCheck:
+    """The static stage of a grade: read the kernel file (COMPILE_ERROR when it cannot be read), then
+    ``check_source``."""
+    from .result import Status, failure
+
+    kernel = Path(kernel_path).resolve()
+    try:
+        source = kernel.read_bytes()
+    except OSError as exc:
+        return StaticCheck(kernel, dsl, failure(Status.COMPILE_ERROR, name, dsl, f"cannot read the kernel file: {exc}"))
+    return check_source(name, dsl, kernel, source, started)
