@@ -38,7 +38,8 @@ def _scored_cap() -> float:
     saved = score_mod.floor_mod.floor_ms
     score_mod.floor_mod.floor_ms = lambda p: None
     try:
-        result = score_mod.score(problem, "tirx", Timing.from_samples([1.0]), eager, GradeConfig(), Findings(stages_s={}, details={}))
+        found = Findings(stages_s={}, details={})
+        result = score_mod.score(problem, "tirx", Timing.from_samples([1.0]), eager, GradeConfig(), found)
     finally:
         score_mod.floor_mod.floor_ms = saved
     assert result.status is Status.PASSED and result.speedup == pytest.approx(1e4)
