@@ -86,3 +86,14 @@ def test_two_judges_on_one_host_take_different_uids_and_end_only_their_own(tmp_p
         a.shutdown()
         b.shutdown()
     assert a.uid_locks.held == [] and b.uid_locks.held == []  # given back at shutdown
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root tries to drop evaluations to dedicated uids")
+def test_a_judge_that_cannot_drop_holds_no_uid(tmp_path):
+    iso = SubprocessIsolation(tmp_path / "j", GradeSettings(small=True))
+    try:
+        if iso.drop:
+            pytest.skip("evaluations can run as a dedicated uid here")
+        assert iso.uid_locks.held == []
+    finally:
+        iso.shutdown()
