@@ -29,32 +29,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from metakernelbench.verifier.cpu_list import parse_cpu_list
+
 __all__ = [
-    "CpuPlan", "DEVICE_RE", "GPU_CLASSES", "NVIDIA_VENDOR", "SlotCpus", "Topology", "cpu_list_text", "gpu_index",
-    "host_plan", "parse_cpu_list", "plan_cpus", "read_topology",
+    "CpuPlan", "DEVICE_RE", "GPU_CLASSES", "NVIDIA_VENDOR", "SlotCpus", "Topology", "gpu_index",
+    "host_plan", "plan_cpus", "read_topology",
 ]
 
 NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x0300", "0x0302")  # VGA and 3D controllers (not NVSwitch bridges or audio functions)
 DEVICE_RE = re.compile(r"^cuda:(\d+)$")
-
-
-def parse_cpu_list(text: str) -> set[int]:
-    """A kernel CPU list such as ``0-3,8,10-11`` (empty text: no CPU)."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        part = part.strip()
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            cpus.update(range(int(lo), int(hi) + 1))
-        elif part:
-            cpus.add(int(part))
-    return cpus
-
-
-def cpu_list_text(cpus: set[int] | list[int]) -> str:
-    """``{0, 1, 2}`` -> ``0,1,2`` (what Docker's ``cpuset_cpus`` takes)."""
-    return ",".join(str(c) for c in sorted(cpus))
 
 
 class Topology(BaseModel):

@@ -57,9 +57,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from metakernelbench.contract import DSLS, GradeConfig
+from metakernelbench.verifier.cpu_list import cpu_list_text
 from metakernelbench.verifier.result import Status, failure
 
-from .cpu_plan import CpuPlan, cpu_list_text
+from .cpu_plan import CpuPlan
 from .runner import config_flags
 from .uid_locks import BASE_EVAL_UID, UID_BLOCK, UidInUse, UidLocks
 

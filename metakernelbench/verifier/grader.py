@@ -35,8 +35,9 @@ import torch
 from metakernelbench.problems import Problem
 
 from . import checks, provenance, timing
+from .cpu_list import cpu_list_text
 from .evaluation import Evaluation
-from .launch import GradeConfig, Verdict, Workers, cpu_list_text, start_workers
+from .launch import GradeConfig, Verdict, Workers, start_workers
 from .result import Findings, GradeResult, Status, Timing
 from .rules import StaticCheck, check_kernel_file
 from .score import score

@@ -32,12 +32,13 @@ from pathlib import Path
 
 from metakernelbench.contract import GradeConfig, Status, Verdict
 
+from .cpu_list import parse_cpu_list
 from .doorbell import DONE, READY, TOUCHED, Doorbell
 from .protocol import WARM_READY, CallRequest, LoadRequest, WorkerSetup
 
 __all__ = [
     "CallClock", "FAILURE_STATUS", "GradeConfig", "SCRUBBED_PREFIXES", "Verdict", "WarmWorkers", "WorkerHandle",
-    "Workers", "candidate_setup", "close_quietly", "core_plan", "cpu_list_text", "evaluations_root",
+    "Workers", "candidate_setup", "close_quietly", "core_plan", "evaluations_root",
     "reference_setup", "scrubbed_env", "spawn_worker", "start_warm_workers", "start_workers", "warm_setup",
 ]
 
@@ -266,23 +267,6 @@ class WorkerHandle:
         self.bell.close()
 
 
-def _cpu_list(text: str) -> set[int]:
-    """Parse a kernel CPU list such as ``0-3,8``."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        if "-" in part:
-            lo, hi = part.split("-")
-            cpus.update(range(int(lo), int(hi) + 1))
-        elif part:
-            cpus.add(int(part))
-    return cpus
-
-
-def cpu_list_text(cpus: set[int]) -> str:
-    """A set of CPUs as the kernel writes a CPU list (``0,1,2,8``), for records and messages."""
-    return ",".join(str(c) for c in sorted(cpus))
-
-
 def core_plan(available: set[int] | None = None) -> tuple[set[int], set[int]] | None:
     """(the grader's core, the workers' cores), or None with fewer than 4 CPUs to spare.
 
@@ -296,7 +280,7 @@ def core_plan(available: set[int] | None = None) -> tuple[set[int], set[int]] | 
     spin = max(cpus)
     try:
         with open(f"/sys/devices/system/cpu/cpu{spin}/topology/thread_siblings_list") as fh:
-            siblings = _cpu_list(fh.read()) | {spin}
+            siblings = parse_cpu_list(fh.read()) | {spin}
     except OSError:
         siblings = {spin}
     workers = cpus - siblings

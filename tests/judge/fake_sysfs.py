@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from metakernelbench.judge.cpu_plan import cpu_list_text
+from metakernelbench.verifier.cpu_list import cpu_list_text
 
 
 def write_host(root: Path, cores: list[list[int]], nodes: dict[int, list[int]] | None = None,
