@@ -100,6 +100,7 @@ def entry(task: str, family: str, dsl: str, kernel: Path, grade: dict, reward: d
             "status": grade.get("status"), "kernel_ms": grade.get("kernel_ms"), "eager_ms": grade.get("eager_ms"),
             "speedup": grade.get("speedup"), "reward": reward.get("reward"), "infra_error": reward.get("infra_error"),
             "dsl_share": measured.get("dsl_share"), "grading_s": round(wall, 2), "message": grade.get("message"),
+            "mismatch": grade.get("mismatch"),  # an INCORRECT grade's numbers: error and allowance
             "share_detail": {k: measured.get(k) for k in SHARE_DETAIL if measured.get(k) is not None},
             "stages_s": grade.get("stages_s"), "run": run_index}
 

@@ -101,3 +101,5 @@ def test_cpu_run_records_a_wrong_kernel_as_not_passed(tmp_path):
     wrong.write_text(CPU_KERNEL.read_text().replace("EPS = 1e-5", "EPS = 1e-1"))
     (entry,) = _run(tmp_path, wrong)["entries"]
     assert entry["status"] == "INCORRECT" and not oracle_coverage.proven({**entry, "dsl_share": 1.0})
+    # the numbers that decide whether the kernel or the tolerance is wrong travel with the record
+    assert entry["mismatch"]["error"] > entry["mismatch"]["allowance"] > 0
