@@ -45,8 +45,10 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 MODEL = "openai/mkb-scripted"
 LOCAL_ENV = "metakernelbench.harbor_env:LocalEnvironment"
-# the judge grades on the CPU at the small workloads, with fewer draws and timed calls (minutes, not hours)
-JUDGE_ARGS = "--devices cpu --small --draws 2 --warmup 2 --timed 5 --rechecks 1 --watch site"
+# the judge grades on the CPU at the small workloads with fewer draws and rechecks (minutes, not hours),
+# and the contract's warmup and twice its timed calls: a small-workload call takes a fraction of a
+# millisecond, and on shared cores the median of a few calls moves by half between gradings of one kernel
+JUDGE_ARGS = "--devices cpu --small --draws 2 --warmup 10 --timed 100 --rechecks 1 --watch site"
 # on a GPU host: the graded workloads and the grader's default counts, on the first GPU
 GPU_JUDGE_ARGS = "--devices cuda:0 --watch site"
 CPU_KERNELS = {"28": "rmsnorm_tirx_llvm.py", "25": "blockcopy_tirx_llvm.py"}
