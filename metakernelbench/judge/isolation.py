@@ -433,12 +433,13 @@ class SubprocessIsolation:
                 why = self._probe_uid(self._take_uid(0))
             except UidInUse as exc:
                 why = str(exc)
-            if why:  # a judge whose evaluations keep its own uid holds none of the evaluation uids
+            if why:
+                # a judge whose evaluations keep its own uid holds none of the evaluation uids
                 self.uid_locks.release()
                 self._slot_uids.clear()
-            if why and drop_privileges:
-                raise ValueError(f"an unprivileged uid cannot run the grader here: {why}")
-            if why:  # e.g. the interpreter lives under a private home: fall back, and watch instead
+                if drop_privileges:
+                    raise ValueError(f"an unprivileged uid cannot run the grader here: {why}")
+                # e.g. the interpreter lives under a private home: fall back, and watch instead
                 self.drop = False
                 self.drop_refused = why
         self.watch = (not self.drop) if watch_imports is None else watch_imports
