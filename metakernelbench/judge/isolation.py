@@ -43,10 +43,8 @@ import os
 import secrets
 import shutil
 import signal
-import site
 import subprocess
 import sys
-import sysconfig
 import tarfile
 import tempfile
 import threading
@@ -61,6 +59,7 @@ from metakernelbench.verifier.cpu_list import cpu_list_text
 from metakernelbench.verifier.result import Status, failure
 
 from .cpu_plan import CpuPlan
+from .import_watch import IMPORT_SUFFIXES, changed_since, import_roots, listings
 from .runner import config_flags
 from .uid_locks import BASE_EVAL_UID, UID_BLOCK, UidInUse, UidLocks
 
@@ -293,63 +292,8 @@ def kill_leftovers(marker: str, uid: int | None, prefix: bool = False) -> list[i
     return killed
 
 
-IMPORT_SUFFIXES = (".py", ".pth", ".so", ".pyc")
-
-
 def _uid_in_use(uid: int) -> bool:
     return any(_uid_of(p) == uid for p in _pids())
-
-
-def import_roots(scope: str = "all") -> list[tuple[Path, bool]]:
-    """Where an evaluation imports from, as ``(folder, recursive)``: the site-packages folders and our
-    own packages in full; the folders on PYTHONPATH at their top level (a module dropped there would
-    shadow an installed one, while their subfolders, e.g. a jobs folder in a checkout, churn legitimately)."""
-    import metakernelbench
-
-    deep = {Path(p) for p in (sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib")) if p}
-    deep |= {Path(p) for p in site.getsitepackages()}
-    if site.ENABLE_USER_SITE and site.getusersitepackages():
-        deep.add(Path(site.getusersitepackages()))
-    if scope == "all":  # our own packages too (``site``: not them, e.g. in a checkout others are editing)
-        package = Path(metakernelbench.__file__).resolve().parent
-        deep |= {package, *(package.parent / name for name in ("verifier", "problems"))}
-    shallow = {Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
-    roots = [(r.resolve(), True) for r in deep if r.is_dir()]
-    roots += [(r.resolve(), False) for r in shallow if r.is_dir() and (r.resolve(), True) not in roots]
-    return sorted(set(roots))
-
-
-def changed_since(roots: list[tuple[Path, bool]], since_ns: int, limit: int = 20) -> list[str]:
-    """Files under ``roots`` whose inode changed at or after ``since_ns`` (ctime, which no one can set
-    back); at the top of a shallow root only files Python would import count."""
-    found: list[str] = []
-    seen: set[tuple[int, int]] = set()
-
-    def walk(path: str, recursive: bool) -> None:
-        try:
-            it = os.scandir(path)
-        except OSError:
-            return
-        with it:
-            for entry in it:
-                if len(found) >= limit:
-                    return
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                is_dir = entry.is_dir(follow_symlinks=False)
-                if "__pycache__" in entry.path:
-                    continue
-                if st.st_ctime_ns >= since_ns and (recursive or entry.name.endswith(IMPORT_SUFFIXES)):
-                    found.append(entry.path)
-                if recursive and is_dir and (st.st_dev, st.st_ino) not in seen:
-                    seen.add((st.st_dev, st.st_ino))
-                    walk(entry.path, True)
-
-    for root, recursive in roots:
-        walk(str(root), recursive)
-    return found[:limit]
 
 
 def _child_env(marker: str, home: Path, tmp: Path, eager_cache: Path | None = None) -> dict[str, str]:
@@ -444,6 +388,9 @@ class SubprocessIsolation:
                 self.drop_refused = why
         self.watch = (not self.drop) if watch_imports is None else watch_imports
         self.roots = import_roots(watch_scope) if self.watch else []
+        # what the watched folders held before any evaluation ran: a folder whose entries differ later
+        # was changed by one (import_watch)
+        self.listings = listings(self.roots) if self.watch else {}
         self.tainted: list[str] = []
         if self.drop:  # the evaluation uid must be able to reach its folder
             os.chmod(self.work_root, 0o711)
@@ -651,7 +598,7 @@ class SubprocessIsolation:
         reader.join(5)
         tail = _tail(dirs.log)
         if self.watch:
-            changed = changed_since(self.roots, started_ns)
+            changed = changed_since(self.roots, started_ns, before=self.listings)
             if changed:
                 self.tainted = changed
                 res = failure(Status.REWARD_HACK, req.problem, req.dsl,
