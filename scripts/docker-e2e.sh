@@ -10,7 +10,8 @@
 #     mounts that path), with its data under $MKB_DOCKER_DATA (default: a temporary folder, removed
 #     afterwards), and stopped at the end;
 #   - the base image metakernelbench/debian-base:trixie (images/debian-base.sh), when absent;
-# then runs `MKB_DOCKER_E2E=1 pytest tests/docker` (image builds, the judge, one Harbor trial).
+# then runs `MKB_DOCKER_E2E=1 pytest tests/docker` (image builds, the judge, one Harbor trial), and, when
+# it passed in full, records the tree it passed on (scripts/docker_e2e_record.py, which .ci/run reads).
 #
 #   bash scripts/docker-e2e.sh [PYTEST ARGS...]
 set -euo pipefail
@@ -68,3 +69,7 @@ fi
 step "MKB_DOCKER_E2E=1 pytest tests/docker (builds the judge and TIRx grader images, runs one trial)"
 MKB_DOCKER_E2E=1 .venv/bin/python -m pytest -s -p no:cacheprovider tests/docker "$@"
 step "done"
+if [ $# -eq 0 ]; then  # the whole test passed on this tree: what .ci/run checks before running it again
+  .venv/bin/python scripts/docker_e2e_record.py write --seconds "$((SECONDS - started))" \
+    --docker "$(docker version --format 'Docker {{.Server.Version}}'), $(docker compose version --short)"
+fi
