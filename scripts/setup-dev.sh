@@ -26,6 +26,17 @@ if [ ! -x .venv/bin/python ]; then
 fi
 step "upgrading pip"
 .venv/bin/python -m pip install -q --upgrade pip
+# terminal-bench, in a venv of its own (its dependency pins are not Harbor's): the test of the
+# Terminal-Bench layout (`mkb build --format terminal-bench`) validates tasks with its own task model.
+# Installed beside the main install (pinned by requirements-tb.lock); its log is shown if it fails.
+if [ ! -x .venv-tb/bin/python ]; then
+  step "creating .venv-tb"
+  "$(pick_python)" -m venv .venv-tb
+fi
+step "installing terminal-bench into .venv-tb, beside the main install"
+tb_log=$(mktemp)
+.venv-tb/bin/python -m pip install -q -c requirements-tb.lock terminal-bench==0.2.18 >"$tb_log" 2>&1 &
+tb_pid=$!
 step "installing metakernelbench with both DSLs, the dev tools and the judge's Docker SDK (torch with its CUDA libraries: a few minutes on a fresh machine)"
 # (setuptools prints an information notice for every editable install of a package whose folders are
 # mapped; it says nothing about this project, so it is filtered out)
@@ -33,13 +44,13 @@ step "installing metakernelbench with both DSLs, the dev tools and the judge's D
 # CUDA build from PyPI, on CPU machines too); README "Pinned versions" says how to update it.
 PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install -q -c requirements.lock \
   -e ".[cutedsl,tirx,dev,engine,judge]"
-# terminal-bench, in a venv of its own (its dependency pins are not Harbor's): the test of the
-# Terminal-Bench layout (`mkb build --format terminal-bench`) validates tasks with its own task model.
-if [ ! -x .venv-tb/bin/python ]; then
-  step "creating .venv-tb"
-  "$(pick_python)" -m venv .venv-tb
+tb_status=0
+wait "$tb_pid" || tb_status=$?
+if [ "$tb_status" != 0 ]; then
+  cat "$tb_log"; rm -f "$tb_log"
+  echo "installing terminal-bench into .venv-tb failed (exit $tb_status)" >&2
+  exit "$tb_status"
 fi
-step "installing terminal-bench into .venv-tb"
-.venv-tb/bin/python -m pip install -q terminal-bench==0.2.18
+rm -f "$tb_log"
 step "checking the install"
 .venv/bin/python -c 'import metakernelbench, torch, cutlass, tvm, harbor; print("setup ok: torch", torch.__version__, "tvm", tvm.__version__)'
