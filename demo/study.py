@@ -19,11 +19,7 @@ the report shows it. With ``--gpu`` (a GPU host) the scripted model writes the o
 DSLs and the judge grades them on the GPU at the graded workloads with the default counts. Either
 way the numbers exercise the pipeline; they measure nothing about a model.
 
-On the CPU the trials run one at a time (``--parallel 1``, one trial per job): the judge times the
-kernels on the same two cores, and a trial starting beside a grading (Harbor, the agent, their
-imports) moved identical kernels' times by half. On a GPU host two jobs run at once.
-
-    python -m demo.study [--out results/local/demo] [--problems 28,25] [--parallel N] [--gpu]
+    python -m demo.study [--out results/local/demo] [--problems 28,25] [--parallel 2] [--gpu]
 """
 
 from __future__ import annotations
@@ -62,7 +58,7 @@ GPU_BANNER = ("DEMONSTRATION RUN, NOT A MEASUREMENT: a scripted model replayed t
               "oracles', not any model's; the transfer figures compare replays of the same kernels.")
 BANNER = ("DEMONSTRATION RUN, NOT A MEASUREMENT: a scripted model replayed prepared kernels on a machine "
           "without a GPU (TIRx compiled for the CPU; CuTe DSL cannot run there), timed at small workloads "
-          "on CPU cores that the trial's own agent shares. The numbers show the pipeline working, nothing "
+          "on CPU cores that the concurrent trials share. The numbers show the pipeline working, nothing "
           "about any model or kernel.")
 
 
@@ -147,7 +143,7 @@ def fresh_folder(out: Path) -> None:
 def base_config(config: StudyConfig, api_base: str) -> Path:
     """The job settings every arm shares: agent, model endpoint, environment, judge."""
     data = {
-        "n_concurrent_trials": len(config.problems) if config.gpu else 1,  # see the module's docstring
+        "n_concurrent_trials": len(config.problems),
         "agents": [{"name": "terminus-2",
                     "kwargs": {"api_base": api_base, "record_terminal_session": False}}],
         "environment": {"import_path": LOCAL_ENV,
@@ -230,12 +226,9 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=REPO / "results" / "local" / "demo")
     p.add_argument("--problems", default="28,25", help=f"comma-separated, from {sorted(CPU_KERNELS)}")
-    p.add_argument("--parallel", type=int, default=None,
-                   help="Harbor jobs run at once (default: 1 on the CPU, where the trials share the cores the "
-                        "judge times kernels on; 2 with --gpu)")
+    p.add_argument("--parallel", type=int, default=2, help="Harbor jobs run at once")
     p.add_argument("--gpu", action="store_true", help="grade the oracles of both DSLs on the GPU")
     args = p.parse_args(argv)
-    parallel = args.parallel or (2 if args.gpu else 1)
     config = StudyConfig(out=args.out.resolve(), problems=[x.strip() for x in args.problems.split(",") if x],
                          gpu=args.gpu)
     preflight()
@@ -250,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
         say("mkb arms: the four arms' job configs")
         manifest = arms(config, base)
         say("solo arms (Terminus-2 attempts on each task in each DSL)")
-        harbor_jobs(list(manifest["solo_configs"].values()), config, say, parallel)
+        harbor_jobs(list(manifest["solo_configs"].values()), config, say, args.parallel)
         say("mkb arms again: each solo SKILL.md attached to the paired task in the other DSL")
         manifest = arms(config, base)
         ready = [e["config"] for e in manifest["entries"] if e["state"] == "ready"]
@@ -259,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
         for line in other:
             say(f"  {line}")
         say(f"transfer arms ({len(ready)} one-task jobs)")
-        harbor_jobs(ready, config, say, parallel)
+        harbor_jobs(ready, config, say, args.parallel)
     finally:
         server.shutdown()
         stop_judge(config.out / "judge")
