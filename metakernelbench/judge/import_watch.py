@@ -65,16 +65,16 @@ def listings(roots: list[tuple[Path, bool]]) -> Listings:
     found: Listings = {}
 
     def walk(path: str, recursive: bool) -> None:
-        names = _names(path)
-        if names is None:
+        try:
+            with os.scandir(path) as it:  # one read per folder: the entry types come with the names
+                entries = [e for e in it if e.name != CACHE]
+        except OSError:
             return
-        found[path] = names
-        if not recursive:
-            return
-        for name in names:
-            child = os.path.join(path, name)
-            if os.path.isdir(child) and not os.path.islink(child) and child not in found:
-                walk(child, True)
+        found[path] = frozenset(e.name for e in entries)
+        if recursive:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False) and entry.path not in found:
+                    walk(entry.path, True)
 
     for root, recursive in roots:
         walk(str(root), recursive)

@@ -59,13 +59,13 @@ from metakernelbench.verifier.cpu_list import cpu_list_text
 from metakernelbench.verifier.result import Status, failure
 
 from .cpu_plan import CpuPlan
-from .import_watch import IMPORT_SUFFIXES, changed_since, import_roots, listings
+from .import_watch import changed_since, import_roots, listings
 from .runner import config_flags
 from .uid_locks import BASE_EVAL_UID, UID_BLOCK, UidInUse, UidLocks
 
 __all__ = [
     "BASE_EVAL_UID", "DockerIsolation", "EVAL_MARKER", "EvalDirs", "EvalOutcome", "EvalRequest", "GradeSettings",
-    "IMPORT_SUFFIXES", "Isolation", "RunnerReport", "SubprocessIsolation", "WarmRunner", "changed_since",
+    "Isolation", "RunnerReport", "SubprocessIsolation", "WarmRunner", "changed_since",
     "docker_client", "import_roots", "kill_leftovers", "outcome_from_result", "outcome_without_result",
     "processes_of",
 ]
