@@ -22,12 +22,16 @@ from .protocol import FetchRequest
 from .result import Status, Timing
 
 __all__ = [
-    "EagerBaseline", "LoopTimes", "Stages", "charged_spans_ms", "check_calls", "check_signal_gaps", "eager_baseline",
+    "SIGNAL_GAP_MIN_CALLS", "EagerBaseline", "LoopTimes", "Stages", "charged_spans_ms", "check_calls",
+    "check_signal_gaps", "eager_baseline",
     "kernel_timing", "median", "time_candidate", "timing_loop", "window_charges",
 ]
 
 if TYPE_CHECKING:
     from .evaluation import Evaluation
+
+# The fewest timed calls from which a gap on every call is taken as evidence (check_signal_gaps).
+SIGNAL_GAP_MIN_CALLS = 10
 
 
 def median(values: list[float]) -> float:
@@ -211,11 +215,15 @@ def check_signal_gaps(loop: LoopTimes, kernel: Timing, has_core_plan: bool, ref_
     The grade uses the grader's clock, but an honest worker's stopwatch agrees with it to a few
     microseconds: a gap on every call means its reporting was replaced. Only where the grader's
     spin has a core of its own: on a machine with too few cores a scheduler tick can delay every
-    look, and nothing is concluded from the gaps there.
+    look, and nothing is concluded from the gaps there. And only from at least
+    ``SIGNAL_GAP_MIN_CALLS`` timed calls: on a busy host a few calls in a row can each meet a
+    scheduler delay of ~100 us (three calls of a small-count grading did), while the contract's 50
+    all meeting one is what a replaced stopwatch looks like.
     """
     _, sig_min, _ = loop.signal_overhead_us()
     min_span_us = 1e3 * kernel.min_ms
-    if has_core_plan and sig_min > max(0.25 * min_span_us, 50.0) and ref_gap_us < 50.0:
+    enough_calls = len(loop.spans_ms) >= SIGNAL_GAP_MIN_CALLS
+    if has_core_plan and enough_calls and sig_min > max(0.25 * min_span_us, 50.0) and ref_gap_us < 50.0:
         raise Verdict(Status.REWARD_HACK, f"the worker's own stopwatch read at least {sig_min:.1f} us less "
                                           "than the grader's clock on every call (its timing code was "
                                           "tampered with)")

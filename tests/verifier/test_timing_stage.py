@@ -23,7 +23,7 @@ def test_median_of_odd_and_even_counts():
     assert timing.median([4.0, 1.0, 2.0, 3.0]) == 2.5
 
 
-def _loop(gap_us: float, span_ms: float = 1.0, calls: int = 5) -> timing.LoopTimes:
+def _loop(gap_us: float, span_ms: float = 1.0, calls: int = 50) -> timing.LoopTimes:
     return timing.LoopTimes([span_ms] * calls, [span_ms - gap_us / 1e3] * calls)
 
 
@@ -42,6 +42,16 @@ def test_a_worker_stopwatch_far_below_the_grader_clock_on_every_call_is_a_reward
 def test_gaps_prove_nothing_without_a_core_plan_or_a_trusted_agreement(has_core_plan, ref_gap_us, gap_us):
     loop = _loop(gap_us=gap_us)
     timing.check_signal_gaps(loop, Timing.from_samples(loop.spans_ms), has_core_plan, ref_gap_us)
+
+
+def test_a_gap_on_a_few_calls_proves_nothing_but_on_the_contracts_count_it_does():
+    """Three calls each delayed ~95 us by a busy host's scheduler were once graded REWARD_HACK."""
+    few = _loop(gap_us=95.0, span_ms=0.2, calls=3)
+    timing.check_signal_gaps(few, Timing.from_samples(few.spans_ms), True, ref_gap_us=3.0)
+    enough = _loop(gap_us=95.0, span_ms=0.2, calls=timing.SIGNAL_GAP_MIN_CALLS)
+    with pytest.raises(Verdict) as caught:
+        timing.check_signal_gaps(enough, Timing.from_samples(enough.spans_ms), True, ref_gap_us=3.0)
+    assert caught.value.status is Status.REWARD_HACK
 
 
 class _GpuOf:
