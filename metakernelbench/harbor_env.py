@@ -50,9 +50,10 @@ from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities
 
 from metakernelbench.judge.client import JudgeClient, JudgeUnavailable
+from metakernelbench.judge.state import default_state_dir
 
 __all__ = [
-    "DEFAULT_STATE", "ENV_PASSTHROUGH", "LOCAL", "LocalEnvironment", "MARKER", "MOUNTS", "SOCKET_MOUNT",
+    "ENV_PASSTHROUGH", "LOCAL", "LocalEnvironment", "MARKER", "MOUNTS", "SOCKET_MOUNT",
     "dockerfile_copies", "ensure_judge", "socket_path", "stop_judge", "unshare_problem",
 ]
 
@@ -65,7 +66,6 @@ SOCKET_MOUNT = "/run/mkb-judge"
 ENV_PASSTHROUGH = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "CUDA_PATH", "CUDA_HOME", "LANG", "LC_ALL", "TZ",
                    "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 MARKER = "MKB_LOCAL_ENV"
-DEFAULT_STATE = Path(os.environ.get("MKB_JUDGE_STATE", Path.home() / ".cache" / "metakernelbench" / "judge"))
 
 
 def socket_path(state: Path) -> Path:
@@ -162,7 +162,7 @@ class LocalEnvironment(BaseEnvironment):
 
     def __init__(self, *args, judge_state: str | None = None, judge_args: str | None = None,
                  hide: str | None = None, **kwargs):
-        self._state = Path(judge_state).expanduser() if judge_state else DEFAULT_STATE
+        self._state = Path(judge_state).expanduser() if judge_state else default_state_dir()
         self._serve_args = shlex.split(judge_args) if judge_args else ["--devices", "cuda:0"]
         self._extra_hide = [Path(p) for p in (hide or "").split(":") if p]
         self._exec_env: dict[str, str] = {}

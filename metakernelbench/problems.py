@@ -56,15 +56,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from metakernelbench.contract import DEFAULT_TOLERANCE_FACTOR, DSL_PATTERN
 
 __all__ = [
-    "FAMILIES", "FILE_PATTERN", "MATH_KINDS", "ORACLES_DIR", "PROBLEMS_DIR", "Problem", "ProblemError", "ProblemSpec",
+    "FAMILIES", "FILE_PATTERN", "MATH_KINDS", "ORACLES_DIR", "Problem", "ProblemError", "ProblemSpec",
     "Provenance", "REPO_ROOT", "SetRule", "declared_output_count", "find_problem", "find_problem_path",
-    "load_problem", "oracle_file", "oracle_files", "problem_paths", "source_digest",
+    "load_problem", "oracle_file", "oracle_files", "problem_paths", "problems_dir", "source_digest",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# The problems tree: the repository's own, or another one named by MKB_PROBLEMS_DIR (a copy with an
-# added problem, as the add-a-problem test builds; tools take an explicit root as well).
-PROBLEMS_DIR = Path(os.environ.get("MKB_PROBLEMS_DIR") or REPO_ROOT / "problems")
 ORACLES_DIR = REPO_ROOT / "oracles"
 FAMILIES = ("attention", "kv_cache", "linear_attention", "mlp_norm", "moe", "quantization")
 FILE_PATTERN = re.compile(r"^(?P<id>\d{2})_(?P<slug>[a-z0-9_]+)\.py$")
@@ -276,19 +273,28 @@ def load_problem(path: str | Path) -> Problem:
     return Problem(spec, module)
 
 
-def problem_paths(root: Path = PROBLEMS_DIR) -> list[Path]:
-    """Every problem file under ``root``, sorted by id."""
+def problems_dir() -> Path:
+    """The problems tree: the repository's own, or another one named by ``MKB_PROBLEMS_DIR`` (a copy
+    with an added problem, as the add-a-problem test builds). Read when asked, not at import, so a
+    setting made after the import counts; tools take an explicit root as well."""
+    return Path(os.environ.get("MKB_PROBLEMS_DIR") or REPO_ROOT / "problems")
+
+
+def problem_paths(root: Path | None = None) -> list[Path]:
+    """Every problem file under ``root`` (default: ``problems_dir()``), sorted by id."""
+    root = problems_dir() if root is None else root
     paths = [p for p in root.glob("*/*.py") if FILE_PATTERN.match(p.name)]
     return sorted(paths, key=lambda p: p.name)
 
 
-def find_problem_path(key: str, root: Path = PROBLEMS_DIR) -> Path:
+def find_problem_path(key: str, root: Path | None = None) -> Path:
     """The file of a problem given by id (``28``), stem (``28_fused_...``), task name or file path
     (without loading it: no torch)."""
     candidate = Path(key)
     if candidate.suffix == ".py" and candidate.exists():
         return candidate
     stem = re.sub(rf"_({DSL_PATTERN})$", "", candidate.name)
+    root = problems_dir() if root is None else root
     for path in problem_paths(root):
         if path.stem == stem or path.stem.split("_", 1)[0] == stem:
             return path
@@ -312,7 +318,7 @@ def declared_output_count(path: Path) -> int | None:
     return None
 
 
-def find_problem(key: str, root: Path = PROBLEMS_DIR) -> Problem:
+def find_problem(key: str, root: Path | None = None) -> Problem:
     """Load a problem by id (``28``), stem (``28_fused_...``), task name or file path."""
     return load_problem(find_problem_path(key, root))
 

@@ -16,12 +16,13 @@ from pathlib import Path
 
 from metakernelbench.contract import ATTEMPT_MINUTES, DSLS, GRADER_IMAGES, SUBMISSIONS
 
+from .state import default_state_dir
+
 # what `--help` shows a user (the module docstring above is for readers of the code)
 DESCRIPTION = ("The judge: a service that grades submitted kernels on this host's GPUs for Harbor trials. "
                "serve runs it, relay forwards one trial's submissions to it (Docker mode), token mints an "
                "access token, status shows its health, stop ends a judge started with --state. "
                "`<command> --help` shows each command's options.")
-DEFAULT_STATE = Path(os.environ.get("MKB_JUDGE_STATE", Path.home() / ".cache" / "metakernelbench" / "judge"))
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -94,7 +95,7 @@ def build_parser(prog: str = "python -m metakernelbench.judge") -> argparse.Argu
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="run the judge")
-    s.add_argument("--state", default=str(DEFAULT_STATE))
+    s.add_argument("--state", default=str(default_state_dir()))
     s.add_argument("--listen", default=None, help="HOST:PORT (e.g. 0.0.0.0:8765)")
     s.add_argument("--unix", default=None, help="a unix socket path (the no-Docker mode)")
     s.add_argument("--devices", default="cuda:0", help="comma-separated: cuda:0,cuda:1 or cpu (tests)")
@@ -141,7 +142,7 @@ def build_parser(prog: str = "python -m metakernelbench.judge") -> argparse.Argu
     for name, fn, text in (("token", _token, "mint a token"), ("status", _status, "the judge's health"),
                            ("stop", _stop, "stop a judge started with --state")):
         c = sub.add_parser(name, help=text)
-        c.add_argument("--state", default=str(DEFAULT_STATE))
+        c.add_argument("--state", default=str(default_state_dir()))
         c.add_argument("--url", default=None)
         c.add_argument("--unix", default=None)
         if name == "token":

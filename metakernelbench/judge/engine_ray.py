@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from metakernelbench.problems import PROBLEMS_DIR, REPO_ROOT
+from metakernelbench.problems import REPO_ROOT, problems_dir
 from metakernelbench.verifier.result import Status, failure
 
 from .cpu_plan import CpuPlan, host_plan
@@ -46,8 +46,9 @@ DEVICE_RESOURCE = "mkb_device"
 STAGE_POLL_S = 1.0
 
 
-def code_fingerprint(package: Path = REPO_ROOT / "metakernelbench", problems: Path = PROBLEMS_DIR) -> str:
+def code_fingerprint(package: Path = REPO_ROOT / "metakernelbench", problems: Path | None = None) -> str:
     """sha256 over the grader's Python files and the problem files with their captured values."""
+    problems = problems_dir() if problems is None else problems
     digest = hashlib.sha256()
     for root, pattern in ((package, "**/*.py"), (problems, "**/*.py"), (problems, "**/*.captured.json")):
         for path in sorted(root.glob(pattern)):

@@ -149,7 +149,7 @@ def _early_inputs(args: argparse.Namespace):
     literal. Otherwise why not (a string). ``grade`` takes the check instead of checking again."""
     from pathlib import Path
 
-    from metakernelbench.problems import PROBLEMS_DIR, ProblemError, declared_output_count, find_problem_path
+    from metakernelbench.problems import ProblemError, declared_output_count, find_problem_path
     from metakernelbench.verifier.rules import check_source
 
     if not args.device:
@@ -158,7 +158,7 @@ def _early_inputs(args: argparse.Namespace):
         kernel = Path(args.kernel).resolve()
         source = kernel.read_bytes()
         problem_file = find_problem_path(args.problem, Path(args.problems_root) if args.problems_root
-                                         else PROBLEMS_DIR).resolve()
+                                         else None).resolve()
     except (OSError, ProblemError) as exc:
         return f"{type(exc).__name__}: {exc}"[:200]
     outputs = declared_output_count(problem_file)
@@ -283,10 +283,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             from pathlib import Path
 
-            from metakernelbench.problems import PROBLEMS_DIR, find_problem
+            from metakernelbench.problems import find_problem
             from metakernelbench.verifier.grader import GradeConfig, grade
 
-            root = Path(args.problems_root) if args.problems_root else PROBLEMS_DIR
+            root = Path(args.problems_root) if args.problems_root else None
             problem = find_problem(args.problem, root)
             if args.small:
                 problem.spec = problem.spec.model_copy(

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from metakernelbench.contract import GRADER_IMAGES
-from metakernelbench.problems import PROBLEMS_DIR
+from metakernelbench.problems import problems_dir
 
 from .cpu_plan import host_plan
 from .isolation import DockerIsolation, GradeSettings, Isolation, SubprocessIsolation, docker_client
@@ -46,7 +46,7 @@ class JudgeConfig:
     unix: Path | None = None
     isolation: str = "auto"  # auto | docker | subprocess
     settings: GradeSettings = field(default_factory=GradeSettings)
-    problems_root: Path = PROBLEMS_DIR
+    problems_root: Path = field(default_factory=problems_dir)
     secrets_dir: Path | None = None
     budget: int = DEFAULT_BUDGET
     minutes: float = DEFAULT_MINUTES

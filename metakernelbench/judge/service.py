@@ -37,7 +37,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from metakernelbench.contract import ATTEMPT_MINUTES, DSL_PATTERN, SUBMISSIONS
-from metakernelbench.problems import PROBLEMS_DIR, problem_paths
+from metakernelbench.problems import problem_paths
 from metakernelbench.verifier.report import render_report
 from metakernelbench.verifier.result import GradeResult
 from metakernelbench.verifier.rules import MAX_KERNEL_BYTES  # the grader's own limit (rules has no torch)
@@ -129,7 +129,7 @@ def precheck(source: bytes) -> str | None:
 class Judge:
     """The service's logic, independent of HTTP (the tests drive it directly too)."""
 
-    def __init__(self, store: Store, scheduler: Scheduler, problems_root: Path = PROBLEMS_DIR,
+    def __init__(self, store: Store, scheduler: Scheduler, problems_root: Path | None = None,
                  default_budget: int = DEFAULT_BUDGET, default_minutes: float = DEFAULT_MINUTES):
         self.store, self.scheduler = store, scheduler
         self.problems = {p.stem for p in problem_paths(problems_root)}

@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 
 from metakernelbench.contract import DSL_PATTERN
-from metakernelbench.problems import FAMILIES, PROBLEMS_DIR, problem_paths
+from metakernelbench.problems import FAMILIES, problem_paths, problems_dir
 
 __all__ = ["FAMILY_ID_RANGES", "family_from_id", "family_of", "parse_task_name"]
 
@@ -59,9 +59,9 @@ def _families_from_files(root: Path) -> dict[str, str]:
     return {path.stem: path.parent.name for path in problem_paths(root)}
 
 
-def family_of(problem: str, root: Path = PROBLEMS_DIR) -> str:
+def family_of(problem: str, root: Path | None = None) -> str:
     """Family of ``NN_slug`` (or ``NN``): from its problem file when present, else by id range."""
-    by_file = _families_from_files(root)
+    by_file = _families_from_files(problems_dir() if root is None else root)
     if len(problem) == 2:  # an id alone: the file with that id, if there is one
         problem = next((stem for stem in by_file if stem[:2] == problem), problem)
     if problem in by_file:

@@ -22,9 +22,9 @@ def _fail(message: str) -> None:
 def _near(key: str) -> str:
     import difflib
 
-    from metakernelbench.problems import PROBLEMS_DIR, problem_paths
+    from metakernelbench.problems import problem_paths
 
-    stems = [p.stem for p in problem_paths(PROBLEMS_DIR)]
+    stems = [p.stem for p in problem_paths()]
     close = difflib.get_close_matches(key, stems, n=3, cutoff=0.3) or \
         [s for s in stems if s.startswith(key[:1])][:3]
     return ", ".join(close) if close else "ids 01-" + f"{len(stems):02d}"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from harbor.lint.models import COMPOSE_RULES, DEFAULT_RULES
 
-from metakernelbench.problems import PROBLEMS_DIR, REPO_ROOT
+from metakernelbench.problems import REPO_ROOT, problems_dir
 
 ORACLES = REPO_ROOT / "oracles"
 PILOTS = {
@@ -22,7 +22,7 @@ def copy_problems(root: Path, ids=("28", "25")) -> Path:
     for pid in ids:
         target = root / PILOTS[pid]
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(PROBLEMS_DIR / PILOTS[pid], target)
+        shutil.copy(problems_dir() / PILOTS[pid], target)
     return root
 
 

@@ -13,7 +13,7 @@ from metakernelbench.adapters.config import BASE_IMAGE
 from metakernelbench.adapters.dsl import DSLS
 from metakernelbench.adapters.render import image_files, render_task
 from metakernelbench.adapters.workload import VARIES, describe_inputs
-from metakernelbench.problems import PROBLEMS_DIR, load_problem
+from metakernelbench.problems import load_problem, problems_dir
 
 SECTIONS = [
     "## Goal",
@@ -242,7 +242,7 @@ def test_solution_installs_the_oracle(built):
 
 
 def test_solution_without_oracle_fails_honestly(tmp_path):
-    problem = load_problem(PROBLEMS_DIR / "mlp_norm" / f"{T28}.py")
+    problem = load_problem(problems_dir() / "mlp_norm" / f"{T28}.py")
     files = render_task(problem, DSLS["tirx"], tmp_path / "no-oracles")
     assert "solution/kernel.py" not in files
     script = tmp_path / "solve.sh"
@@ -254,7 +254,7 @@ def test_solution_without_oracle_fails_honestly(tmp_path):
 
 def test_captured_values_travel_beside_the_problem(tmp_path):
     """A problem with a sidecar gets it copied into the sandbox next to /app/problem.py; one without gets no line."""
-    source = PROBLEMS_DIR / "mlp_norm" / f"{T28}.py"
+    source = problems_dir() / "mlp_norm" / f"{T28}.py"
     path = tmp_path / "mlp_norm" / source.name
     path.parent.mkdir()
     path.write_bytes(source.read_bytes())

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from metakernelbench.problem_kit import anchor_mode
-from metakernelbench.problems import PROBLEMS_DIR, load_problem, problem_paths
+from metakernelbench.problems import load_problem, problem_paths, problems_dir
 from metakernelbench.verifier.tensors import promote_floats, snapshot_graded
 
-CATALOG = {p["id"]: p for p in tomllib.loads((PROBLEMS_DIR / "catalog.toml").read_text())["problem"]}
+CATALOG = {p["id"]: p for p in tomllib.loads((problems_dir() / "catalog.toml").read_text())["problem"]}
 PATHS = problem_paths()
 
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from metakernelbench.adapters.build import build
 from metakernelbench.cli import app
-from metakernelbench.problems import PROBLEMS_DIR, REPO_ROOT
+from metakernelbench.problems import REPO_ROOT, problems_dir
 from metakernelbench.skill_transfer.skill import render_attachment
 from metakernelbench.skill_transfer.submission import check_submission
 
@@ -24,7 +24,7 @@ FILES = ("mlp_norm/28_fused_add_rmsnorm_h4096_llama31_8b_bf16.py",
 def _copy_problems(root):
     for rel in FILES:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(PROBLEMS_DIR / rel, root / rel)
+        shutil.copy(problems_dir() / rel, root / rel)
     return root
 
 

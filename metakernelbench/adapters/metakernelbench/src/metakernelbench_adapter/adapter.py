@@ -20,7 +20,8 @@ from pathlib import Path
 from metakernelbench.adapters.build import TASK_DIR, load_problems, write_dataset_files, write_task
 from metakernelbench.adapters.dsl import DSLS
 from metakernelbench.adapters.render import render_task, task_dir_name
-from metakernelbench.problems import PROBLEMS_DIR, REPO_ROOT, ProblemError
+from metakernelbench.problems import REPO_ROOT, ProblemError
+from metakernelbench.problems import problems_dir as default_problems_dir
 
 ORACLES_DIR = REPO_ROOT / "oracles"
 
@@ -29,13 +30,13 @@ class MetaKernelBenchAdapter:
     """Generate MetaKernelBench's Harbor tasks into ``output_dir`` (see the module docstring)."""
 
     def __init__(self, output_dir: Path, limit: int | None = None, overwrite: bool = False,
-                 task_ids: list[str] | None = None, *, problems_dir: Path = PROBLEMS_DIR,
+                 task_ids: list[str] | None = None, *, problems_dir: Path | None = None,
                  oracles_dir: Path = ORACLES_DIR, **kwargs):
         self.output_dir = Path(output_dir)
         self.limit = limit
         self.overwrite = overwrite
         self.task_ids = task_ids
-        self.problems_dir = problems_dir
+        self.problems_dir = default_problems_dir() if problems_dir is None else problems_dir
         self.oracles_dir = oracles_dir
 
     def _wanted(self, name: str, problem_id: str, stem: str) -> bool:
