@@ -45,6 +45,7 @@ from pathlib import Path
 
 import torch
 
+from metakernelbench.contract import GradeConfig
 from metakernelbench.problem_kit import anchor_mode
 from metakernelbench.problems import REPO_ROOT, load_problem, problem_paths
 from metakernelbench.testing.controls import skip_last_tile
@@ -66,7 +67,8 @@ def graded(problem, inputs):
     return snapshot_graded(problem.spec, inputs, problem.reference(*inputs))
 
 
-def timed_count(first_call_s: float, warmup: int = 10, timed: int = 50) -> tuple[int, int]:
+def timed_count(first_call_s: float, warmup: int = GradeConfig.warmup,
+                timed: int = GradeConfig.timed) -> tuple[int, int]:
     """(warmup, timed) for a reference whose first graded call took ``first_call_s``."""
     if first_call_s * (warmup + timed) <= SLOW_BUDGET_S:
         return warmup, timed
@@ -74,7 +76,7 @@ def timed_count(first_call_s: float, warmup: int = 10, timed: int = 50) -> tuple
     return 2, timed
 
 
-def eager_median(problem, tools, device, warmup=10, timed=50):
+def eager_median(problem, tools, device, warmup=GradeConfig.warmup, timed=GradeConfig.timed):
     samples = []
     for i in range(warmup + timed):
         inputs = draw(problem, device, 1000 + i)

@@ -6,6 +6,7 @@ What the generated instructions state against what the grader does: tests/adapte
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
 import subprocess
@@ -16,7 +17,11 @@ import pytest
 
 from metakernelbench import contract
 from metakernelbench.contract import DSLS, Enforcer, GradeConfig, Status
+from metakernelbench.problems import REPO_ROOT
 from metakernelbench.verifier.forbidden import forbidden_imports
+
+# The contract's counts by the names they go by in the code that takes them as parameters or fields.
+COUNT_NAMES = {f.name for f in dataclasses.fields(GradeConfig) if f.type == "int"} | {"draws"}
 
 
 def test_it_imports_without_torch_or_pydantic():
@@ -177,3 +182,48 @@ def test_each_entry_is_refused_where_the_table_says(row):
         expected = "" if not audited else "submission" if row.submission_only else "always"
         for name in (row.module, row.module + ".sub"):
             assert _audit_policy(dsl).blocked_module(name) == expected
+
+
+def stray_contract_numbers(source: str) -> list[tuple[int, str]]:
+    """(line, what) for each place a module states one of the contract's numbers itself: a count as a
+    literal default of a field or a parameter of that name, the speedup cap assigned a literal, a
+    grader image tag written out. Defaults taken from ``GradeConfig`` and ``None`` (keep the
+    contract's value) are no copies."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id in COUNT_NAMES
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int)):
+            found.append((node.lineno, node.target.id))
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and any(
+                isinstance(t, ast.Name) and t.id == "SPEEDUP_CAP" for t in node.targets):
+            found.append((node.lineno, "SPEEDUP_CAP"))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            positional = node.args.posonlyargs + node.args.args
+            pairs = list(zip(positional[len(positional) - len(node.args.defaults):], node.args.defaults, strict=True))
+            pairs += list(zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True))
+            found += [(node.lineno, arg.arg) for arg, default in pairs if arg.arg in COUNT_NAMES
+                      and isinstance(default, ast.Constant) and isinstance(default.value, int)]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "metakernelbench/grader-" in node.value:
+            found.append((node.lineno, "grader image tag"))
+    return found
+
+
+def test_the_stray_copy_check_finds_each_kind():
+    source = ("SPEEDUP_CAP = 100.0\n"
+              "class C:\n    timed: int = 50\n    warmup: int | None = None\n"
+              "def f(x, warmup=10, *, rechecks=3, timed=GradeConfig.timed):\n    pass\n"
+              "IMAGE = 'metakernelbench/grader-tirx:0.1.0'\n")
+    assert sorted(stray_contract_numbers(source)) == [(1, "SPEEDUP_CAP"), (3, "timed"), (5, "rechecks"),
+                                                      (5, "warmup"), (7, "grader image tag")]
+
+
+def test_no_module_restates_the_contracts_numbers():
+    """The counts, the cap and the image tags are defined in ``contract.py`` alone (the generated tasks'
+    copies are held to it by tests/adapters/test_adapters_contract.py)."""
+    found = {}
+    for folder in ("metakernelbench", "benchmarks", "demo", "scripts"):
+        for path in sorted((REPO_ROOT / folder).rglob("*.py")):
+            hits = stray_contract_numbers(path.read_text())
+            if hits and path != REPO_ROOT / "metakernelbench" / "contract.py":
+                found[str(path.relative_to(REPO_ROOT))] = hits
+    assert found == {}

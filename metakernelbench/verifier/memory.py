@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from metakernelbench.contract import GradeConfig
+
 __all__ = [
     "ALL_ON_DEVICE", "CALL_STAGES", "COMPARE_WORK_PER_ELEMENT", "CONTEXT_BYTES", "COSTS", "EXACT_WORK_PER_ELEMENT",
     "FLUSH_BYTES", "GB", "GIB", "LEAST", "Measured", "Overheads", "Placement", "Plan", "Planner", "RESERVE", "Sizes",
@@ -72,7 +74,7 @@ class Sizes:
     anchor_work: int | None
     anchor_outputs: int
     compare_items: tuple[tuple[int, int, int, int], ...] = ()
-    timed: int = 50
+    timed: int = GradeConfig.timed
 
     @property
     def kept(self) -> int:
@@ -331,7 +333,7 @@ class Planner:
     """
 
     def __init__(self, device: torch.device, budget: int | None, overheads: Overheads | None = None,
-                 timed: int = 50):
+                 timed: int = GradeConfig.timed):
         self.device, self.budget, self.host = device, budget, torch.device("cpu")
         self.overheads = overheads or (Overheads() if device.type == "cuda" else Overheads(0, 0))
         self.timed = timed
