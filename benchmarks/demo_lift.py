@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -23,9 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.h200_judge import git_commit
 from metakernelbench.skill_transfer import metrics
 from metakernelbench.skill_transfer.collect import read_attempts
-from metakernelbench.skill_transfer.compare import build_comparisons
+from metakernelbench.skill_transfer.compare import build_comparisons, chosen_attempts
+from metakernelbench.skill_transfer.models import split_direction
 
 REPO = Path(__file__).resolve().parents[1]
 BLOCK = 50  # timed calls per block of the within-grading spread
@@ -45,16 +48,16 @@ def summarize(study: Path) -> dict:
     """One finished study folder: each paired comparison where both attempts passed, and the lift
     per direction over them (the same kernels in both arms, so the ideal is r = 1 and lift 0)."""
     attempts = read_attempts(study / "attempts.jsonl")
-    by_key = {(a.problem, a.dsl, a.arm): a for a in attempts}
+    by_key = {a.key: a for a in chosen_attempts(attempts)}  # the attempts the comparisons used
     comparisons, _ = build_comparisons(attempts)
     rows, lifts = [], {}
     for c in comparisons:
         if c.outcome != "both_pass":
             continue
-        target = c.direction.split("2")[1]
+        _, target = split_direction(c.direction)
         spread = {}
         for arm in ("solo", "transfer"):
-            attempt = by_key[(c.problem, target, arm)]
+            attempt = by_key[(c.model, c.problem, target, arm)]
             grade = grade_of(study, attempt.job, attempt.trial)
             samples = (grade or {}).get("kernel_timing", {}).get("samples_ms") or []
             blocks = block_medians(samples) if samples else []
@@ -65,11 +68,6 @@ def summarize(study: Path) -> dict:
     for direction in sorted({row["direction"] for row in rows}):
         lifts[direction] = metrics.lift([row["r"] for row in rows if row["direction"] == direction])
     return {"comparisons": rows, "lift": lifts}
-
-
-def git_commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
-    return done.stdout.strip() or "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m benchmarks.demo_lift " + " ".join(argv if argv is not None else sys.argv[1:]),
         "commit": git_commit(),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "host": f"{platform.machine()}, {len(__import__('os').sched_getaffinity(0))} CPUs, {platform.platform()}",
+        "host": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPUs, {platform.platform()}",
         "runs": runs,
         "summary": {
             "lifts": [v for run in runs for v in run["lift"].values()],
