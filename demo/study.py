@@ -47,8 +47,8 @@ MODEL = "openai/mkb-scripted"
 LOCAL_ENV = "metakernelbench.harbor_env:LocalEnvironment"
 # the judge grades on the CPU at the small workloads with fewer draws and rechecks (minutes, not hours),
 # and 1000 timed calls after 50 warmup: a small-workload call takes some 40 us, so 100 calls span a few
-# milliseconds, and one burst of another process's work (half a second of 10 ms calls) moved the
-# median of 100 by 2x; among 1000 such a burst stays a minority and the median holds
+# milliseconds: one burst of another process's work can hold most of them, while among 1000 such a
+# burst stays a minority and the median holds
 JUDGE_ARGS = "--devices cpu --small --draws 2 --warmup 50 --timed 1000 --rechecks 1 --watch site"
 # on a GPU host: the graded workloads and the grader's default counts, on the first GPU
 GPU_JUDGE_ARGS = "--devices cuda:0 --watch site"
@@ -74,7 +74,7 @@ class StudyConfig(BaseModel):
     oracles_dir: Path = REPO / "oracles"
     gpu: bool = False  # grade on the GPU with the oracles of both DSLs
     # Trials at once, within a job and across jobs: on the CPU one, since the judge times kernels on
-    # the cores the trials share (a second trial's agent beside a grading doubled one kernel's median);
+    # the cores the trials share (a second trial's agent beside a grading slows the kernel it times);
     # on a GPU host the kernels run on the GPU and a few trials may overlap.
     parallel: int = 1
 
