@@ -2,6 +2,7 @@
 
     python3 -m benchmarks.h200_oracles --out results/h200/oracles.json [--only 01,28_tirx,moe] [--merge]
                                        [--device cuda:0] [--judge-args "--timed 20"] [--kernel TASK=FILE]
+    python3 -m benchmarks.h200_oracles --out results/h200/oracles.json --merge-from RUN.json
 
 For each oracle file under ``oracles/<family>/`` (or those ``--only`` names: a task name, ``NN``,
 ``NN_dsl`` or a family): a local judge (subprocess isolation, as the no-Docker mode runs it) is sent
@@ -14,9 +15,10 @@ separate plain process (``dsl_share.py``, torch profiler) as an independent chec
 
 The record holds the command, commit, device and date of each run, the tasks and oracle files that
 existed, and one entry per task (``--merge`` keeps entries of an earlier record that this run did not
-measure; each entry names the run that produced it). ``benchmarks/oracle_coverage.py`` turns it
-into the README's coverage table. ``--kernel TASK=FILE`` grades another file for a task (used to
-smoke-test this script on a CPU with a CPU kernel).
+measure; each entry names the run that produced it; ``--merge-from RUN`` folds a run made on a GPU host
+into the record here, keeping the grades it replaces under ``superseded_entries``).
+``benchmarks/oracle_coverage.py`` turns it into the README's coverage table. ``--kernel TASK=FILE``
+grades another file for a task (used to smoke-test this script on a CPU with a CPU kernel).
 """
 
 from __future__ import annotations
@@ -93,6 +95,44 @@ def shown(kernel: Path) -> str:
     return str(kernel.relative_to(REPO)) if kernel.is_relative_to(REPO) else kernel.name
 
 
+def portable_command(argv: list[str]) -> str:
+    """The command line as a record keeps it: the ``--out`` file named as ``shown`` names a kernel, so
+    that a run on another host (whose shell expanded ``$OUT`` to its own folder) leaves no machine path."""
+    words = list(argv)
+    for i, word in enumerate(words):
+        if word == "--out" and i + 1 < len(words):
+            words[i + 1] = shown(Path(words[i + 1]))
+        elif word.startswith("--out="):
+            words[i] = "--out=" + shown(Path(word.removeprefix("--out=")))
+    return "python3 -m benchmarks.h200_oracles " + " ".join(shlex.quote(w) for w in words)
+
+
+def merge_run(run_path: Path, record_path: Path) -> dict:
+    """Fold one run's record (a GPU host's ``--out``) into the union record (``results/h200/oracles.json``).
+
+    The run's runs are appended (its commands made portable), its entries renumbered to them and put in
+    place of the union's entries of the same tasks, which move to ``superseded_entries``, so that the
+    union keeps every grade ever recorded and shows the latest. The union's tasks and oracle files become
+    the run's (the newer tree). Returns the union record, written back to ``record_path``.
+    """
+    run, record = json.loads(run_path.read_text()), json.loads(record_path.read_text())
+    offset = len(record["runs"])
+    for r in run["runs"]:
+        record["runs"].append({**r, "command": portable_command(shlex.split(r["command"])[3:])})
+    by_task = {e["task"]: e for e in record["entries"]}
+    superseded = record.setdefault("superseded_entries", [])
+    for e in run["entries"]:
+        if e["task"] in by_task:
+            superseded.append(by_task[e["task"]])
+        by_task[e["task"]] = {**e, "run": e["run"] + offset}
+    record["entries"] = sorted(by_task.values(), key=lambda e: e["task"])
+    last = record["runs"][-1]
+    record.update(command=last["command"], commit=last["commit"], date=last["date"], device=last["device"],
+                  tasks=run["tasks"], oracle_files=run["oracle_files"])
+    record_path.write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
 def entry(task: str, family: str, dsl: str, kernel: Path, grade: dict, reward: dict, wall: float,
           measured: dict, run_index: int, separate: dict | None = None) -> dict:
     extra = {"separate_share": separate} if separate is not None else {}
@@ -116,8 +156,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--merge", action="store_true", help="keep entries of an existing --out not re-measured")
     p.add_argument("--separate-share", action="store_true",
                    help="also measure the DSL share in a separate plain process (dsl_share.py)")
+    p.add_argument("--merge-from", type=Path, metavar="RUN",
+                   help="fold RUN (another host's --out) into --out and exit; grades nothing")
     args = p.parse_args(argv)
-    command = "python3 -m benchmarks.h200_oracles " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    if args.merge_from:
+        merged = merge_run(args.merge_from, args.out)
+        print(f"{args.out}: {len(merged['entries'])} entries from {len(merged['runs'])} runs")
+        return 0
+    command = portable_command(argv or sys.argv[1:])
     only = {k.strip() for k in args.only.split(",") if k.strip()} or None
     overrides = dict((k, Path(v).resolve()) for k, _, v in (x.partition("=") for x in args.kernel))
     record: dict = {"runs": [], "entries": []}

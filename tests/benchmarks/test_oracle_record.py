@@ -103,3 +103,39 @@ def test_cpu_run_records_a_wrong_kernel_as_not_passed(tmp_path):
     assert entry["status"] == "INCORRECT" and not oracle_coverage.proven({**entry, "dsl_share": 1.0})
     # the numbers that decide whether the kernel or the tolerance is wrong travel with the record
     assert entry["mismatch"]["error"] > entry["mismatch"]["allowance"] > 0
+
+
+def _run_file(path: Path, command: str, entries: list[dict]) -> Path:
+    path.write_text(json.dumps({"runs": [{"command": command, "commit": "c2", "date": "d2", "device": "H100",
+                                          "judge_args": ""}],
+                                "entries": entries, "tasks": {"01_a_tirx": "attention"},
+                                "oracle_files": ["01_a_tirx"]}))
+    return path
+
+
+def test_a_host_run_merges_into_the_record_keeping_what_it_replaces(tmp_path):
+    from benchmarks.h200_oracles import merge_run
+
+    old = {"task": "01_a_tirx", "status": "INCORRECT", "run": 0}
+    kept = {"task": "28_b_tirx", "status": "PASSED", "run": 0}
+    record_path = tmp_path / "oracles.json"
+    record_path.write_text(json.dumps({**_record([old, kept]), "runs": [{"command": "first", "commit": "c1"}]}))
+    run = _run_file(tmp_path / "run.json", "python3 -m benchmarks.h200_oracles --out /root/out/sweep.json --only 01",
+                    [{"task": "01_a_tirx", "status": "PASSED", "run": 0}])
+    merged = merge_run(run, record_path)
+    assert json.loads(record_path.read_text()) == merged
+    by_task = {e["task"]: e for e in merged["entries"]}
+    # the new grade is in place, numbered to its run; the one it replaced is kept; the others untouched
+    assert by_task["01_a_tirx"] == {"task": "01_a_tirx", "status": "PASSED", "run": 1}
+    assert merged["superseded_entries"] == [old] and by_task["28_b_tirx"] == kept
+    assert merged["runs"][1]["commit"] == "c2" and merged["commit"] == "c2" and merged["device"] == "H100"
+    # the host's output folder does not travel into the record
+    assert "/root" not in json.dumps(merged) and "--out sweep.json" in merged["runs"][1]["command"]
+
+
+def test_the_recorded_command_names_no_folder_outside_the_repository():
+    from benchmarks.h200_oracles import portable_command
+
+    assert portable_command(["--out", "/tmp/x/o.json", "--only", "09"]) == \
+        "python3 -m benchmarks.h200_oracles --out o.json --only 09"
+    assert portable_command([f"--out={REPO}/results/h200/oracles.json"]).endswith("--out=results/h200/oracles.json")

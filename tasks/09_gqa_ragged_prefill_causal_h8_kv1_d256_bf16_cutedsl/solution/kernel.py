@@ -14,7 +14,10 @@ tile of each sequence gets the lowest index).
   S = Q K^T, the K copy of the next block overlaps the softmax and P V.
 - S = Q K^T and O += P V run as warp-level ``mma.sync`` m16n8k16 (bf16 operands from ``ldmatrix``,
   fp32 accumulators): products of bf16 values are exact in fp32, so S is the reference's fp32 logit
-  up to summation order. V is read through ``ldmatrix.trans``.
+  up to summation order. S's 256-wide dot products are summed per 16-wide slab by the MMA (from
+  zero) and the 16 slab sums added by fp32 adds: chained through the MMA's accumulator (which does
+  not round each add as IEEE fp32 does), the lse of a row with one visible key (its one logit)
+  missed the row allowance on the H100 in a final grade. V is read through ``ldmatrix.trans``.
 - Softmax in base 2 and fp32: s = S * sm_scale * log2(e); key j is masked (-inf) for a row of query
   i unless j <= i + (L_kv - L_q) (the cached prefix comes first). Online update per row: m_new =
   max(m, rowmax s), alpha = exp2(m - m_new), p = exp2(s - m_new), l = l * alpha + rowsum p, O = O *
@@ -200,11 +203,15 @@ def gqa_ragged_prefill_kernel(q: cute.Tensor, k: cute.Tensor, v: cute.Tensor, qo
             cute.arch.cp_async_commit_group()
 
             acc_s = cute.make_rmem_tensor(acc_s_shape, cutlass.Float32)
+            part_s = cute.make_rmem_tensor(acc_s_shape, cutlass.Float32)
             acc_s.fill(0.0)
             for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
                 cute.copy(s2r_q, tXsQ[None, None, kb], tXrQ[None, None, kb])
                 cute.copy(s2r_k, tXsK[None, None, kb], tXrK[None, None, kb])
-                cute.gemm(tiled_mma, acc_s, tSrQ[None, None, kb], tSrK[None, None, kb], acc_s)
+                part_s.fill(0.0)  # each 16-wide K slab from zero, the slabs added with IEEE fp32 adds
+                cute.gemm(tiled_mma, part_s, tSrQ[None, None, kb], tSrK[None, None, kb], part_s)
+                for i in cutlass.range_constexpr(cute.size(acc_s)):
+                    acc_s[i] = acc_s[i] + part_s[i]
 
             cute.arch.cp_async_wait_group(0)
             cute.arch.sync_threads()  # V(nb) landed; every warp is done with K(nb)

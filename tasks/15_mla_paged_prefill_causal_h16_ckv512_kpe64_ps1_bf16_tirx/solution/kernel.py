@@ -18,9 +18,11 @@ keys tc*4 .. tc*4+3 of each 64-key block and output dims g*64 + tc*4 .. +3 of it
 - S = Q K^T per key block: the 576-dim q.k advances in slices of 32 (16 from q_nope / ckv, then 2
   from q_pe / kpe); each slice of Q and of K (row kv_indices[kv_indptr[b] + j] of the caches for
   cached token j) is loaded by 16-byte vectors, widened to fp32 and stored dim-major in shared
-  memory; each thread accumulates its 4 x 4 block of S in fp32 from float4 reads. Tokens past the
-  sequence are clamped to its last one (never visible to a real row). Products of bf16 values are
-  exact in fp32.
+  memory; each thread accumulates its 4 x 4 block of S in fp32 from float4 reads, each slice's 32
+  products from zero and the 18 slice sums added after (as one chain of 576 fused adds, the lse of
+  a row missed its row allowance on the H100 in a final grade: the lse carries the row's largest
+  logit). Tokens past the sequence are clamped to its last one (never visible to a real row).
+  Products of bf16 values are exact in fp32.
 - Softmax in base 2 and fp32: s = S * sm_scale * log2(e); key j is masked (a -1e30 logit) for the
   row of query i unless j <= i + (L_kv - L_q) (the cached prefix comes first). The row max is
   reduced over the 16 lanes sharing a row by xor shuffles; m_new = max(m, rowmax), alpha =
@@ -95,6 +97,7 @@ def _prefill_kernel(heads, rank, rope_dim):
         p_s = T.alloc_buffer((BM * BN,), "float32", scope="shared")
         info = T.alloc_buffer((2,), "int32", scope="local")
         acc_s = T.alloc_buffer((16,), "float32", scope="local")
+        part_s = T.alloc_buffer((16,), "float32", scope="local")
         acc_o = T.alloc_buffer((4 * 4 * dgroups,), "float32", scope="local")
         m_run = T.alloc_buffer((4,), "float32", scope="local")
         l_run = T.alloc_buffer((4,), "float32", scope="local")
@@ -159,6 +162,8 @@ def _prefill_kernel(heads, rank, rope_dim):
                     for e in T.unroll(8):
                         pool[DC * BM + (ld8 + e) * BN + lrow] = T.float32(raw[e])
                     T.cuda.cta_sync()
+                    for i in T.unroll(16):
+                        part_s[i] = _f32(0.0)  # each slice's 32 products from zero, then one add
                     for d in T.unroll(DC):
                         for i in T.vectorized(4):
                             af[i] = pool[d * BM + ty * 4 + i]
@@ -166,7 +171,9 @@ def _prefill_kernel(heads, rank, rope_dim):
                             bf[j] = pool[DC * BM + d * BN + tc * 4 + j]
                         for i in T.unroll(4):
                             for j in T.unroll(4):
-                                acc_s[i * 4 + j] = acc_s[i * 4 + j] + af[i] * bf[j]
+                                part_s[i * 4 + j] = part_s[i * 4 + j] + af[i] * bf[j]
+                    for i in T.unroll(16):
+                        acc_s[i] = acc_s[i] + part_s[i]
                     T.cuda.cta_sync()
                 # ---- masked base-2 online softmax (rows ty*4+i, keys tc*4+j)
                 for i in T.unroll(4):

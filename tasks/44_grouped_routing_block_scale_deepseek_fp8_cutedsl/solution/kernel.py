@@ -23,6 +23,18 @@ Four DSL kernels; torch only sorts indices between the first and the rest.
 5. Combine: per token, its rows' y * weight are added in ascending expert order into an fp32
    sum starting at 0 (the reference's index_add order) and rounded once to bf16.
 No tensor cores: the fp32 GEMMs run as SIMT FMAs, matching the reference's fp32 arithmetic.
+
+Speed (final grade on an NVIDIA H100 80GB HBM3, results/h200/oracles.json run 7): 47.9 ms against the
+eager reference's 44.3 ms (0.93x). The grader's profiled call puts 98 % of the GPU time in the two
+GEMMs (gate/up 31.8 ms, down 14.6 ms; combine 0.35 ms, routing 0.03 ms, the torch sort 0.4 ms). At the
+balanced share of routed rows (14107 tokens x 8 slots x 32 of 256 experts, about 14.1k rows; the
+problem's physical_floor bounds it at half that) the GEMMs are about 1.24 TFLOP: 26 TFLOP/s here
+against eager's 28, whose cuBLAS SGEMMs on the dequantised fp32 copies issue the same fp32 FMAs
+faster than these tiled SIMT loops. The route that would beat eager, not taken here: the tensor
+cores. An e4m3 value is exact in bf16 (3 mantissa bits of 7), so the operands can be decoded to
+bf16 and multiplied by mma.sync (or WGMMA) with fp32 accumulation, each 32-wide K slice summed from
+zero and scaled by its two 128-block scales before an IEEE fp32 add (as the NVFP4 oracles of 60
+do), at many times the SIMT FMA rate.
 """
 
 import cutlass

@@ -7,7 +7,10 @@ bf16 causal mask is added (bf16), and the softmax is taken in fp32 and rounded t
 returned attn_weights. The probabilities [B * 40, S, S] and V^T [B * 40, 128, S] are quantised to
 NVFP4 (blocks along the keys) and multiplied in fp32; attn_output [B, 40, S, 128] is rounded to bf16.
 Each global scale couples all (batch, head) slices of its tensor. Quantising K or V^T before repeating
-them is the same thing: the repeat changes neither the amax nor any block.
+them is the same thing: the repeat changes neither the amax nor any block. The mask is causal, so query
+0 sees key 0 alone and its probability is exactly 1: the probabilities' amax is 1 on every input, and
+their global scale is the constant 1 / (448 * 6). Use the constant: a kernel whose result is the same
+on every input cannot be told, by suppressing it, from a kernel that does nothing.
 
 NVFP4, all in fp32: g = amax(x) / (448 * 6); per 16-element block along K, s = e4m3(amax(block) / 6 / g)
 (two fp32 divisions, nearest-even e4m3); x / (s * g), clipped to +-6, rounds to the nearest E2M1 value
