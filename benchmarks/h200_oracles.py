@@ -11,7 +11,10 @@ in Harbor's verifier phase -- with a final-scope token, and the resulting ``grad
 ``reward.json`` give status, kernel_ms, eager_ms and speedup; ``grading_s`` is that client's wall
 time. The DSL share is the grader's own (``provenance.dsl_share``: one profiled call inside the
 grading, every kernel listed, in ``grade.json``); ``--separate-share`` also profiles the oracle in a
-separate plain process (``dsl_share.py``, torch profiler) as an independent check of that figure.
+separate plain process (``dsl_share.py``, torch profiler) as an independent check of that figure, and
+``--independent`` times each oracle that PASSED with the plain loop (``independent_loop.py``, no grader
+code) and records its speedup beside the grade's (``independent``, ``agreement``: within 10 % for a
+kernel of a millisecond or more).
 
 The record holds the command, commit, device and date of each run, the tasks and oracle files that
 existed, and one entry per task (``--merge`` keeps entries of an earlier record that this run did not
@@ -89,6 +92,44 @@ def share(task: str, dsl: str, kernel: Path, device: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+INDEPENDENT_KEEP = ("kernel_ms", "eager_ms", "speedup", "device", "error")
+AGREEMENT_MIN_KERNEL_MS = 1.0  # below this the two stopwatches may differ by launch overheads (issue text)
+AGREEMENT_TOLERANCE = 0.10
+
+
+def independent(task: str, kernel: Path, device: str, timeout_s: float = 1800) -> dict:
+    """The oracle timed by the plain loop (``independent_loop.py``: no grader code, its own process):
+    medians of the kernel and of the eager reference at the graded workload and their ratio, or the
+    error that stopped it. The grade's speedup is checked against this figure, not against itself."""
+    problem_file = next(p for p in problem_paths() if p.stem == task.rpartition("_")[0])
+    env = {**os.environ}
+    if device.startswith("cuda:"):
+        env["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
+    try:
+        done = subprocess.run([sys.executable, "-m", "benchmarks.independent_loop", str(problem_file), str(kernel)],
+                              capture_output=True, text=True, timeout=timeout_s, env=env, cwd=REPO)
+    except subprocess.TimeoutExpired:
+        return {"error": f"the plain loop did not finish within {timeout_s:g} s"}
+    if done.returncode != 0:
+        return {"error": (done.stderr or done.stdout)[-2000:]}
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    return {k: measured[k] for k in INDEPENDENT_KEEP if k in measured}
+
+
+def agreement(entry: dict) -> dict | None:
+    """How the grade's speedup compares with the plain loop's: their ratio, and whether it is within
+    ``AGREEMENT_TOLERANCE`` where the check applies (a kernel of ``AGREEMENT_MIN_KERNEL_MS`` or more by
+    both stopwatches). None when either figure is missing."""
+    loop = entry.get("independent") or {}
+    grade, plain = entry.get("speedup"), loop.get("speedup")
+    if not isinstance(grade, (int, float)) or not isinstance(plain, (int, float)) or plain <= 0:
+        return None
+    ratio = grade / plain
+    applies = min(entry.get("kernel_ms") or 0.0, loop.get("kernel_ms") or 0.0) >= AGREEMENT_MIN_KERNEL_MS
+    return {"ratio": round(ratio, 4), "applies": applies,
+            "within": abs(ratio - 1.0) <= AGREEMENT_TOLERANCE if applies else None}
+
+
 def shown(kernel: Path) -> str:
     """How a record names a kernel file: its path in the repository, else its name (no machine paths)."""
     kernel = Path(kernel).resolve()
@@ -156,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--merge", action="store_true", help="keep entries of an existing --out not re-measured")
     p.add_argument("--separate-share", action="store_true",
                    help="also measure the DSL share in a separate plain process (dsl_share.py)")
+    p.add_argument("--independent", action="store_true",
+                   help="also time each PASSED oracle with the plain loop (independent_loop.py) beside its grade")
     p.add_argument("--merge-from", type=Path, metavar="RUN",
                    help="fold RUN (another host's --out) into --out and exit; grades nothing")
     args = p.parse_args(argv)
@@ -198,8 +241,12 @@ def main(argv: list[str] | None = None) -> int:
             separate = share(task, dsl, kernel, args.device) if args.separate_share else None
             entries[task] = entry(task, family, dsl, kernel, grade, reward, wall, measured, len(record["runs"]) - 1,
                                   separate)
+            if args.independent and grade.get("status") == "PASSED":
+                entries[task]["independent"] = independent(task, kernel, args.device)
+                entries[task]["agreement"] = agreement(entries[task])
             print(f"{task}: {grade.get('status')} speedup={grade.get('speedup')} "
-                  f"dsl_share={measured.get('dsl_share')} grading={wall:.1f}s", flush=True)
+                  f"dsl_share={measured.get('dsl_share')} grading={wall:.1f}s"
+                  + (f" plain loop={entries[task].get('independent')}" if args.independent else ""), flush=True)
             save()
     finally:
         proc.terminate()

@@ -56,6 +56,17 @@ def summary(entries: list[dict], tasks: dict[str, str], files: set[str]) -> list
     return rows
 
 
+def independent_summary(entries: list[dict]) -> dict:
+    """The independent check of the grade's speedups: the proven oracles that the plain loop timed too
+    (``h200_oracles.py --independent``), the families and DSLs among them, and, where the check applies
+    (kernels of a millisecond or more), how many agree within its tolerance."""
+    checked = [e for e in entries if proven(e) and (e.get("agreement") or None) is not None]
+    applies = [e for e in checked if e["agreement"]["applies"]]
+    return {"checked": len(checked), "families": sorted({e["family"] for e in checked}),
+            "dsls": sorted({e["dsl"] for e in checked}), "applies": len(applies),
+            "within": sum(bool(e["agreement"]["within"]) for e in applies)}
+
+
 def render(record: dict | None) -> str:
     """The README block (markdown) for this record; ``record`` None when none was measured yet.
 
@@ -81,6 +92,14 @@ def render(record: dict | None) -> str:
         gm = "-" if r["geomean_speedup"] is None else f"{r['geomean_speedup']:.2f}x"
         lines.append(f"| {r['family']} | {r['dsl']} | {r['tasks']} | {r['oracle_files']} | {r['proven']} | "
                      f"{r['at_least_1x']} | {gm} |")
+    check = independent_summary(record.get("entries", []))
+    if check["checked"]:
+        lines += ["", f"Checked by the plain timing loop (`benchmarks/independent_loop.py`, no grader code): "
+                      f"{check['checked']} proven oracles ({len(check['families'])} families; "
+                      f"{', '.join(check['dsls'])}); for the {check['applies']} of them whose kernel takes 1 ms or "
+                      f"more, {check['within']} have the grade's speedup within 10 % of the loop's."]
+    else:
+        lines += ["", "No proven oracle has been timed by the plain loop (`benchmarks/independent_loop.py`) yet."]
     lines.append(END)
     return "\n".join(lines)
 
