@@ -197,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--merge", action="store_true", help="keep entries of an existing --out not re-measured")
     p.add_argument("--separate-share", action="store_true",
                    help="also measure the DSL share in a separate plain process (dsl_share.py)")
+    p.add_argument("--stop-after", type=float, default=None, metavar="S",
+                   help="start no grading after S seconds (a host that ends commands at a time limit then "
+                        "loses no grading halfway; the record names what was left)")
     p.add_argument("--independent", action="store_true",
                    help="also time each PASSED oracle with the plain loop (independent_loop.py) beside its grade")
     p.add_argument("--merge-from", type=Path, metavar="RUN",
@@ -233,8 +236,14 @@ def main(argv: list[str] | None = None) -> int:
     from metakernelbench.judge.client import JudgeClient
 
     admin = JudgeClient(url, (state / "admin.token").read_text().strip())
+    started = time.monotonic()
+    picked = selected(only, overrides)
     try:
-        for task, family, dsl, kernel in selected(only, overrides):
+        for index, (task, family, dsl, kernel) in enumerate(picked):
+            if args.stop_after is not None and time.monotonic() - started > args.stop_after:
+                run["not_started"] = [t for t, _, _, _ in picked[index:]]
+                print(f"--stop-after {args.stop_after:g} s: not started: {', '.join(run['not_started'])}", flush=True)
+                break
             token = admin.request("POST", "/v1/tokens", {"scope": "final", "label": f"oracle-{task}"})["token"]
             grade, reward, wall = final_grade(url, token, task, kernel, args.timeout)
             measured = grade.get("dsl_share") or {}

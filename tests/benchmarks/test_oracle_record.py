@@ -73,11 +73,11 @@ def test_readme_block_matches_the_record():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def _run(tmp_path, kernel: Path) -> dict:
+def _run(tmp_path, kernel: Path, *extra: str) -> dict:
     out = tmp_path / "oracles.json"
     done = subprocess.run([sys.executable, "-m", "benchmarks.h200_oracles", "--out", str(out),
                            "--device", "cpu", "--judge-args", "--small --draws 2 --warmup 2 --timed 5 --rechecks 1",
-                           "--kernel", f"{TASK28}={kernel}", "--only", "28_tirx"],
+                           "--kernel", f"{TASK28}={kernel}", "--only", "28_tirx", *extra],
                           capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return json.loads(out.read_text())
@@ -184,3 +184,9 @@ def torch_cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+@pytest.mark.slow
+def test_a_run_past_its_time_starts_no_grading_and_names_what_it_left(tmp_path):
+    record = _run(tmp_path, CPU_KERNEL, "--stop-after", "0")
+    assert record["entries"] == [] and record["runs"][-1]["not_started"] == [TASK28]
