@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 from benchmarks.h200_judge import device_name, git_commit, start_judge
+from benchmarks.oracle_coverage import AGREEMENT_MIN_KERNEL_MS, AGREEMENT_TOLERANCE
 from metakernelbench.contract import DSLS
 from metakernelbench.problems import find_problem, oracle_files, problem_paths
 
@@ -79,40 +80,40 @@ def final_grade(url: str, token: str, task: str, kernel: Path, timeout_s: float)
     return (json.loads((out / "grade.json").read_text()), json.loads((out / "reward.json").read_text()), wall)
 
 
-def share(task: str, dsl: str, kernel: Path, device: str) -> dict:
-    """The oracle's DSL share of GPU kernel time, measured in its own plain process."""
+def _plain_process(module: str, task: str, kernel: Path, device: str, *extra: str,
+                   timeout_s: float = 1800) -> tuple[dict | None, str]:
+    """``benchmarks.<module> PROBLEM_FILE KERNEL`` for the task's problem, in its own process on ``device``:
+    the JSON object of its last stdout line, or None and the tail of what it printed when it failed."""
     problem_file = next(p for p in problem_paths() if p.stem == task.rpartition("_")[0])
     env = {**os.environ}
     if device.startswith("cuda:"):
         env["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
-    done = subprocess.run([sys.executable, "-m", "benchmarks.dsl_share", str(problem_file), str(kernel),
-                           "--dsl", dsl], capture_output=True, text=True, timeout=1800, env=env, cwd=REPO)
+    done = subprocess.run([sys.executable, "-m", f"benchmarks.{module}", str(problem_file), str(kernel), *extra],
+                          capture_output=True, text=True, timeout=timeout_s, env=env, cwd=REPO)
     if done.returncode != 0:
-        return {"dsl_share": None, "error": done.stderr[-2000:]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        return None, (done.stderr or done.stdout)[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1]), ""
 
 
-INDEPENDENT_KEEP = ("kernel_ms", "eager_ms", "speedup", "device", "error")
-AGREEMENT_MIN_KERNEL_MS = 1.0  # below this the two stopwatches may differ by launch overheads (issue text)
-AGREEMENT_TOLERANCE = 0.10
+def share(task: str, dsl: str, kernel: Path, device: str) -> dict:
+    """The oracle's DSL share of GPU kernel time, measured in its own plain process."""
+    measured, error = _plain_process("dsl_share", task, kernel, device, "--dsl", dsl)
+    return measured if measured is not None else {"dsl_share": None, "error": error}
+
+
+INDEPENDENT_KEEP = ("kernel_ms", "eager_ms", "speedup", "device")
 
 
 def independent(task: str, kernel: Path, device: str, timeout_s: float = 1800) -> dict:
     """The oracle timed by the plain loop (``independent_loop.py``: no grader code, its own process):
     medians of the kernel and of the eager reference at the graded workload and their ratio, or the
     error that stopped it. The grade's speedup is checked against this figure, not against itself."""
-    problem_file = next(p for p in problem_paths() if p.stem == task.rpartition("_")[0])
-    env = {**os.environ}
-    if device.startswith("cuda:"):
-        env["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
     try:
-        done = subprocess.run([sys.executable, "-m", "benchmarks.independent_loop", str(problem_file), str(kernel)],
-                              capture_output=True, text=True, timeout=timeout_s, env=env, cwd=REPO)
+        measured, error = _plain_process("independent_loop", task, kernel, device, timeout_s=timeout_s)
     except subprocess.TimeoutExpired:
         return {"error": f"the plain loop did not finish within {timeout_s:g} s"}
-    if done.returncode != 0:
-        return {"error": (done.stderr or done.stdout)[-2000:]}
-    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    if measured is None:
+        return {"error": error}
     return {k: measured[k] for k in INDEPENDENT_KEEP if k in measured}
 
 
