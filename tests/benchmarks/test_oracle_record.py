@@ -120,7 +120,7 @@ def test_a_host_run_merges_into_the_record_keeping_what_it_replaces(tmp_path):
     kept = {"task": "28_b_tirx", "status": "PASSED", "run": 0}
     record_path = tmp_path / "oracles.json"
     record_path.write_text(json.dumps({**_record([old, kept]), "runs": [{"command": "first", "commit": "c1"}]}))
-    run = _run_file(tmp_path / "run.json", "python3 -m benchmarks.h200_oracles --out /root/out/sweep.json --only 01",
+    run = _run_file(tmp_path / "run.json", "python3 -m benchmarks.h200_oracles --out /srv/out/sweep.json --only 01",
                     [{"task": "01_a_tirx", "status": "PASSED", "run": 0}])
     merged = merge_run(run, record_path)
     assert json.loads(record_path.read_text()) == merged
@@ -130,7 +130,7 @@ def test_a_host_run_merges_into_the_record_keeping_what_it_replaces(tmp_path):
     assert merged["superseded_entries"] == [old] and by_task["28_b_tirx"] == kept
     assert merged["runs"][1]["commit"] == "c2" and merged["commit"] == "c2" and merged["device"] == "H100"
     # the host's output folder does not travel into the record
-    assert "/root" not in json.dumps(merged) and "--out sweep.json" in merged["runs"][1]["command"]
+    assert "/srv/out" not in json.dumps(merged) and "--out sweep.json" in merged["runs"][1]["command"]
 
 
 def test_the_recorded_command_names_no_folder_outside_the_repository():
