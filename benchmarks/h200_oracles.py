@@ -45,6 +45,12 @@ from metakernelbench.problems import find_problem, oracle_files, problem_paths
 REPO = Path(__file__).resolve().parents[1]
 
 SHARE_DETAIL = ("dsl_us", "total_us", "kernels", "source", "calls", "note", "error")
+# The grade's own account of its clock (grade.json ``details``), kept so that a grade that disagrees with
+# the plain loop can be traced from the record: how the eager baseline was had, what the doorbell and the
+# pre-GO window cost each call, and the median span before the window charges.
+TIMING_DETAIL = ("eager_baseline", "eager_remeasured", "signal_overhead_us_median", "host_launch_us_median",
+                 "reference_signal_overhead_us_min", "exposed_us_median", "reference_exposed_us_median",
+                 "window_charge_us_median", "window_charge_us_max", "spans_ms_median")
 
 
 def task_keys(task: str, family: str | None = None) -> set[str]:
@@ -184,7 +190,24 @@ def entry(task: str, family: str, dsl: str, kernel: Path, grade: dict, reward: d
             "dsl_share": measured.get("dsl_share"), "grading_s": round(wall, 2), "message": grade.get("message"),
             "mismatch": grade.get("mismatch"),  # an INCORRECT grade's numbers: error and allowance
             "share_detail": {k: measured.get(k) for k in SHARE_DETAIL if measured.get(k) is not None},
-            "stages_s": grade.get("stages_s"), "run": run_index}
+            "stages_s": grade.get("stages_s"), "timing_detail": timing_detail(grade), "run": run_index}
+
+
+def timing_detail(grade: dict) -> dict:
+    """The grade's clock details (``TIMING_DETAIL``) as numbers where they are, with the eager drift
+    check's median (``eager_timing_after``) beside the baseline the speedup divides."""
+    details = grade.get("details") or {}
+    out: dict = {}
+    for key in TIMING_DETAIL:
+        if key in details:
+            try:
+                out[key] = float(details[key])
+            except (TypeError, ValueError):
+                out[key] = details[key]
+    check = grade.get("eager_timing_after") or {}
+    if check.get("median_ms") is not None:
+        out["eager_check_ms_median"] = check["median_ms"]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -93,6 +93,12 @@ def test_cpu_run_records_the_final_grade_of_each_oracle(tmp_path):
     # the grader's own DSL share (its CPU stand-in here), with the kernels it counted
     assert entry["dsl_share"] >= 0.5 and entry["share_detail"]["source"].startswith("CPU")
     assert entry["share_detail"]["kernels"] and "separate_share" not in entry
+    # the grade's account of its clock travels with it: the span before the window charges, the
+    # charges, and the eager drift check beside the baseline
+    timing = entry["timing_detail"]
+    assert timing["eager_baseline"] in ("cached", "measured")
+    assert 0 < timing["spans_ms_median"] <= entry["kernel_ms"] and timing["window_charge_us_median"] >= 0
+    assert timing["eager_check_ms_median"] > 0
 
 
 @pytest.mark.slow
