@@ -125,8 +125,9 @@ class Evaluation:
         first gives back the device memory its last call left cached."""
         self.quiet_candidate()
         draw = lambda: self.draw(seed)  # noqa: E731
-        ref = reference_values(self.problem, draw, self.memory)
-        return ref, anchor_values(self.problem, draw, self.memory)
+        with self.workers.grader_compute():  # the anchor may run on the CPU: on every CPU of the evaluation
+            ref = reference_values(self.problem, draw, self.memory)
+            return ref, anchor_values(self.problem, draw, self.memory)
 
     # ---- workers -----------------------------------------------------------------------------
     def spawn_candidate(self) -> None:
@@ -348,14 +349,16 @@ class Evaluation:
 
     def judge_draw(self, seed: int, inputs: tuple, returned: list[torch.Tensor], draw: int,
                    expected: tuple[dict, dict] | None = None) -> Mismatch | None:
-        """The first contract violation of one call's results on the draw ``seed`` (None: correct)."""
-        ref, anchor = expected or self.expected(seed)
-        try:
-            return check_draw(self.spec, draw, self.graded_from(inputs, returned), ref, anchor,
-                              self.memory.compare_device)
-        finally:
-            del ref, anchor
-            memory.release(self.device)
+        """The first contract violation of one call's results on the draw ``seed`` (None: correct).
+        The grader's own computing here runs on every CPU of the evaluation (``Workers.grader_compute``)."""
+        with self.workers.grader_compute():
+            ref, anchor = expected or self.expected(seed)
+            try:
+                return check_draw(self.spec, draw, self.graded_from(inputs, returned), ref, anchor,
+                                  self.memory.compare_device)
+            finally:
+                del ref, anchor
+                memory.release(self.device)
 
     @staticmethod
     def require_correct(mismatch: Mismatch | None, where: str) -> None:

@@ -38,7 +38,7 @@ from .protocol import WARM_READY, CallRequest, LoadRequest, WorkerSetup
 
 __all__ = [
     "CallClock", "FAILURE_STATUS", "GradeConfig", "SCRUBBED_PREFIXES", "Verdict", "WarmWorkers", "WorkerHandle",
-    "Workers", "candidate_setup", "close_quietly", "core_plan", "evaluations_root",
+    "Workers", "candidate_setup", "close_quietly", "core_plan", "evaluations_root", "grader_cpus",
     "reference_setup", "scrubbed_env", "spawn_worker", "start_warm_workers", "start_workers", "warm_setup",
 ]
 
@@ -330,6 +330,17 @@ class Workers:
         for handle in (self.candidate, self.reference):
             handle.close()
 
+    @contextmanager
+    def grader_compute(self):
+        """The grader's own heavy work (the float64 anchor, which the memory plan may put on the CPU,
+        and the float64 comparisons) on every CPU of the evaluation, not on its one spin CPU
+        (``grader_cpus``); a no-op without a core plan."""
+        if not (self.plan and self.original_cpus):
+            yield
+            return
+        with grader_cpus(self.original_cpus, self.plan[0]):
+            yield
+
     def end(self) -> None:
         """End both workers, remove the scratch folder and give the CPUs back."""
         if self.ended:
@@ -339,6 +350,52 @@ class Workers:
         shutil.rmtree(self.scratch, ignore_errors=True)
         if self.plan and self.original_cpus:
             os.sched_setaffinity(0, self.original_cpus)
+
+
+def _thread_ids() -> list[int]:
+    try:
+        return [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:
+        return []
+
+
+@contextmanager
+def grader_cpus(wide: set[int], spin: set[int]):
+    """Every thread of this process on ``wide`` for the block, then each back where it was; threads
+    started inside the block go to ``spin``, where they would have started without it.
+
+    With a core plan the grader keeps to its spin CPU from the workers' start on (``spawn_worker``),
+    and threads it starts later inherit that one CPU: torch's intra-op pool, started by the first
+    large CPU operator, which is typically the float64 anchor the memory plan puts on the CPU at
+    upstream sizes. That anchor (and the float64 comparisons against it) then ran on one CPU of the
+    evaluation's many, the whole pool time-sharing it. Nothing is timed meanwhile: the candidate is
+    idle while the grader computes what it expects, and timing starts after this block has put every
+    thread back. Setting a thread's CPUs is ``sched_setaffinity`` on its thread id (Linux); a thread
+    that ended meanwhile is skipped. torch, where this process has it, sizes its pool from the CPUs
+    it had when it was imported (one, for a grader that imported it after its workers' start): for the
+    block it gets a thread per CPU, and its former count after.
+    """
+    before: dict[int, set[int]] = {}
+    for tid in _thread_ids():
+        try:
+            before[tid] = os.sched_getaffinity(tid)
+            os.sched_setaffinity(tid, wide)
+        except OSError:
+            continue
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
+    if torch is not None and threads < len(wide):
+        torch.set_num_threads(len(wide))
+    try:
+        yield
+    finally:
+        if torch is not None and torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        for tid in _thread_ids():
+            try:
+                os.sched_setaffinity(tid, before.get(tid, spin))
+            except OSError:
+                continue
 
 
 def candidate_setup(kernel: Path, dsl: str, device: str, num_outputs: int, protected: list[str], scratch: str,

@@ -75,3 +75,107 @@ def test_workers_end_once_on_every_way_out_and_own_a_relaunched_candidate(tmp_pa
     assert (second.closed, reference.closed) == (1, 1) and not scratch.exists()
     launch.close_quietly(workers)  # ending again does nothing
     assert (second.closed, reference.closed) == (1, 1)
+
+
+def _thread_started_now(cpus_seen: list, go_on):
+    """A thread started now (as torch's intra-op pool is, by the first large CPU operator), which
+    records its CPUs and then waits; its native id lets the test read its CPUs from outside."""
+    import os
+    import threading
+
+    started = threading.Event()
+
+    def body():
+        cpus_seen.append(os.sched_getaffinity(0))
+        started.set()
+        go_on.wait(30)
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    started.wait(30)
+    return thread
+
+
+def test_the_graders_own_computing_runs_on_every_cpu_and_its_threads_return_to_the_spin_cpu():
+    import os
+    import threading
+
+    import pytest
+
+    from metakernelbench.verifier.launch import grader_cpus
+
+    original = os.sched_getaffinity(0)
+    if len(original) < 2:
+        pytest.skip("needs two CPUs")
+    spin = {max(original)}
+    go_on = threading.Event()
+    os.sched_setaffinity(0, spin)  # the grader after its workers' start (spawn_worker)
+    threads = []
+    try:
+        seen_pinned: list = []
+        threads.append(_thread_started_now(seen_pinned, go_on))
+        # the fault this fixes: a thread started while pinned gets only the spin CPU
+        assert seen_pinned == [spin]
+        seen_inside: list = []
+        import torch
+
+        torch_threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # a grader that imported torch after its workers' start has one thread
+        with grader_cpus(original, spin):
+            assert os.sched_getaffinity(0) == original
+            assert torch.get_num_threads() == len(original)
+            assert os.sched_getaffinity(threads[0].native_id) == original  # the earlier thread too
+            threads.append(_thread_started_now(seen_inside, go_on))
+            assert seen_inside == [original]
+        # back for timing: the main thread and the earlier thread where they were, the new one on the spin CPU
+        assert os.sched_getaffinity(0) == spin
+        assert os.sched_getaffinity(threads[0].native_id) == spin
+        assert os.sched_getaffinity(threads[1].native_id) == spin
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(torch_threads)
+    finally:
+        go_on.set()
+        for thread in threads:
+            thread.join(30)
+        os.sched_setaffinity(0, original)
+
+
+def test_without_a_core_plan_the_graders_computing_changes_no_cpu(tmp_path):
+    import os
+
+    from metakernelbench.verifier import launch
+
+    workers = launch.Workers(str(tmp_path), [], _Handle(), _Handle(), None, None, ("k", "tirx", "p", "cpu"))
+    before = os.sched_getaffinity(0)
+    with workers.grader_compute():
+        assert os.sched_getaffinity(0) == before
+    workers.ended = True  # nothing was started
+
+
+def test_what_the_grader_expects_is_computed_on_every_cpu_of_the_evaluation(tmp_path, monkeypatch):
+    import os
+
+    import pytest
+
+    from metakernelbench.verifier import evaluation, launch
+
+    original = os.sched_getaffinity(0)
+    if len(original) < 2:
+        pytest.skip("needs two CPUs")
+    spin = {max(original)}
+    seen = []
+    monkeypatch.setattr(evaluation, "reference_values", lambda *a: seen.append(os.sched_getaffinity(0)) or {})
+    monkeypatch.setattr(evaluation, "anchor_values", lambda *a: seen.append(os.sched_getaffinity(0)) or {})
+    ev = evaluation.Evaluation.__new__(evaluation.Evaluation)
+    ev.workers = launch.Workers(str(tmp_path), [], _Handle(), _Handle(), (spin, original - spin), original,
+                                ("k", "tirx", "p", "cpu"))
+    ev.workers.ended = True  # nothing was started
+    ev.quiet_candidate = lambda: None
+    ev._memory = object()
+    ev.problem = None
+    os.sched_setaffinity(0, spin)
+    try:
+        ev.expected(1)
+        assert seen == [original, original] and os.sched_getaffinity(0) == spin
+    finally:
+        os.sched_setaffinity(0, original)
