@@ -272,8 +272,10 @@ def install_guard(submission_file: str, protected_paths: list[str], dsl: str, re
     ``report(text, hack)`` is called once on the first refusal and must not return (it records the
     reason where the grader reads it and ends the process: ``doorbell.Doorbell.refusal_reporter``).
     The returned ``arm`` is the only handle on the hook's switch; the caller drops it after use.
-    ``enforce=False`` (the trusted reference worker) installs the same hook, refusing nothing, so
-    both workers pay the same per-event cost.
+    ``enforce=False`` (the trusted reference worker) installs a hook that checks nothing: an event
+    costs it the hook's call only, not the checks (the candidate's frame walk included), so the two
+    workers pay alike only where a call raises no audited event. What a call raises, and what the
+    armed hook adds to it, is measured by ``benchmarks/audit_events.py``.
     """
     policy = make_policy(submission_file, protected_paths, dsl, scratch)
     getframe, get_ident = sys._getframe, threading.get_ident

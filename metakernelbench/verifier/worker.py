@@ -308,8 +308,8 @@ class Worker:
 
                 self.solve = load_problem(setup.path).reference
                 version = "reference"
-                # trusted code: the same audit hook is installed (its per-event cost inside the
-                # timed window then matches the candidate's) but it refuses nothing
+                # trusted code: an audit hook is installed as in the candidate, one that checks
+                # nothing (``install_guard``: an event costs it less than the candidate's checks)
                 install_guard(os.devnull + ".no-submission", [], "none", self.bell.refusal_reporter(),
                               enforce=False)()
                 self.integrity = critical_callables()
