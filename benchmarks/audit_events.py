@@ -41,7 +41,6 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
 VARIANTS = ("plain", "guard")
 
 
@@ -121,7 +120,6 @@ def count_events(problem_file: str, kernel_file: str, dsl: str, device: str, sma
 def _timer(conn, variant: str, problem_file: str, kernel_file: str, dsl: str, device: str, small: bool,
            warmup: int, reference: bool) -> None:
     """A timing process: set up ``variant``, then time ``n`` calls for every round it is sent."""
-    sys.path.insert(0, str(REPO))
     refusals: list[str] = []
     try:
         if variant == "guard" and reference:
