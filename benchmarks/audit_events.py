@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import importlib.util
 import json
 import multiprocessing as mp
 import os
@@ -41,15 +40,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.independent_loop import load
+
 VARIANTS = ("plain", "guard")
-
-
-def _load(path: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 class _Subject:
@@ -65,9 +58,9 @@ class _Subject:
             hooks.INSTALLERS[dsl]()
         self.torch = torch
         self.device = torch.device(device)
-        self.problem = _load(problem_file, "audit_problem")
+        self.problem = load(problem_file, "audit_problem")
         self.workload = dict(getattr(self.problem, "SMALL_WORKLOAD", {})) if small else {}
-        self.solve = self.problem.reference if reference else _load(kernel_file, "audit_kernel").solve
+        self.solve = self.problem.reference if reference else load(kernel_file, "audit_kernel").solve
         self.cuda = self.device.type == "cuda"
         self.flush = torch.empty(2 * torch.cuda.get_device_properties(self.device).L2_cache_size,
                                  dtype=torch.uint8, device=self.device) if self.cuda else None

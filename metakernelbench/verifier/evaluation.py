@@ -351,8 +351,8 @@ class Evaluation:
                    expected: tuple[dict, dict] | None = None) -> Mismatch | None:
         """The first contract violation of one call's results on the draw ``seed`` (None: correct).
         The grader's own computing here runs on every CPU of the evaluation (``Workers.grader_compute``)."""
+        ref, anchor = expected or self.expected(seed)  # ``expected`` widens the CPUs itself
         with self.workers.grader_compute():
-            ref, anchor = expected or self.expected(seed)
             try:
                 return check_draw(self.spec, draw, self.graded_from(inputs, returned), ref, anchor,
                                   self.memory.compare_device)

@@ -34,6 +34,7 @@ from metakernelbench.contract import GradeConfig, Status, Verdict
 
 from .cpu_list import parse_cpu_list
 from .doorbell import DONE, READY, TOUCHED, Doorbell
+from .guard import thread_ids
 from .protocol import WARM_READY, CallRequest, LoadRequest, WorkerSetup
 
 __all__ = [
@@ -352,13 +353,6 @@ class Workers:
             os.sched_setaffinity(0, self.original_cpus)
 
 
-def _thread_ids() -> list[int]:
-    try:
-        return [int(tid) for tid in os.listdir("/proc/self/task")]
-    except OSError:
-        return []
-
-
 @contextmanager
 def grader_cpus(wide: set[int], spin: set[int]):
     """Every thread of this process on ``wide`` for the block, then each back where it was; threads
@@ -376,7 +370,7 @@ def grader_cpus(wide: set[int], spin: set[int]):
     block it gets a thread per CPU, and its former count after.
     """
     before: dict[int, set[int]] = {}
-    for tid in _thread_ids():
+    for tid in thread_ids():
         try:
             before[tid] = os.sched_getaffinity(tid)
             os.sched_setaffinity(tid, wide)
@@ -391,7 +385,7 @@ def grader_cpus(wide: set[int], spin: set[int]):
     finally:
         if torch is not None and torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
-        for tid in _thread_ids():
+        for tid in thread_ids():
             try:
                 os.sched_setaffinity(tid, before.get(tid, spin))
             except OSError:
