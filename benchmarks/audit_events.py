@@ -17,6 +17,12 @@ is a count and a difference of medians, with nothing else of the grader involved
 - ``guard``: the same with the candidate's guard installed and armed (the kernel file as the
   submission, a scratch folder of its own; a refusal is recorded, not acted on).
 
+``--variants`` adds controls that take the guard apart: ``plain_b`` (a second plain process, started
+last: what two identical processes differ by, the floor any other difference must clear), ``hook``
+(the audit hook alone, checking nothing, without the import gate) and ``gate`` (the import gate alone).
+``--pin`` puts each timing process on one CPU of a physical core of its own, as the grader's core plan
+puts its workers, so that the scheduler's placement is the same for every variant.
+
 ``--reference`` times the problem's eager reference instead, its ``guard`` process with the hook the
 trusted reference worker installs (``enforce=False``): the eager side of a grade.
 
@@ -41,8 +47,10 @@ import time
 from pathlib import Path
 
 from benchmarks.independent_loop import load
+from metakernelbench.verifier.cpu_list import parse_cpu_list
 
 VARIANTS = ("plain", "guard")
+KNOWN_VARIANTS = ("plain", "plain_b", "hook", "gate", "guard")
 
 
 class _Subject:
@@ -111,10 +119,12 @@ def count_events(problem_file: str, kernel_file: str, dsl: str, device: str, sma
 
 
 def _timer(conn, variant: str, problem_file: str, kernel_file: str, dsl: str, device: str, small: bool,
-           warmup: int, reference: bool) -> None:
+           warmup: int, reference: bool, cpu: int | None = None) -> None:
     """A timing process: set up ``variant``, then time ``n`` calls for every round it is sent."""
     refusals: list[str] = []
     try:
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})
         if variant == "guard" and reference:
             from metakernelbench.verifier.guard import install_guard
 
@@ -131,7 +141,19 @@ def _timer(conn, variant: str, problem_file: str, kernel_file: str, dsl: str, de
                                 lambda text, hack: refusals.append(text), scratch=scratch)
             subject = _Subject(problem_file, kernel_file, dsl, device, small)
             arm()
-        else:
+        elif variant == "hook":  # the audit hook that checks nothing, armed, without the import gate
+            from metakernelbench.verifier.guard import ImportGate, install_guard
+
+            subject = _Subject(problem_file, kernel_file, dsl, device, small, reference)
+            install_guard(os.devnull + ".no-submission", [], "none", lambda text, hack: refusals.append(text),
+                          enforce=False)()
+            sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, ImportGate)]
+        elif variant == "gate":  # the import gate alone
+            from metakernelbench.verifier.guard import ImportGate
+
+            subject = _Subject(problem_file, kernel_file, dsl, device, small, reference)
+            sys.meta_path.insert(0, ImportGate())
+        else:  # plain, plain_b
             subject = _Subject(problem_file, kernel_file, dsl, device, small, reference)
         for _ in range(warmup):
             subject.call_ms()
@@ -146,24 +168,53 @@ def _timer(conn, variant: str, problem_file: str, kernel_file: str, dsl: str, de
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
+def one_cpu_per_core(n: int) -> list[int]:
+    """``n`` CPUs of this process's set, each on a physical core of its own, the highest first (the
+    lowest core takes the host's interrupts more often); where the set has fewer cores than ``n``, the
+    rest are other CPUs of the set (hyper-thread siblings), and fewer only when the set is smaller."""
+    chosen: list[int] = []
+    taken: set[int] = set()
+    for cpu in sorted(os.sched_getaffinity(0), reverse=True):
+        if cpu in taken:
+            continue
+        try:
+            with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as fh:
+                siblings = parse_cpu_list(fh.read())
+        except OSError:
+            siblings = {cpu}
+        taken |= siblings | {cpu}
+        chosen.append(cpu)
+        if len(chosen) == n:
+            return chosen
+    spare = sorted(set(os.sched_getaffinity(0)) - set(chosen), reverse=True)
+    return chosen + spare[:n - len(chosen)]
+
+
 def timed_rounds(problem_file: str, kernel_file: str, dsl: str, device: str, small: bool, rounds: int,
-                 calls: int, warmup: int, reference: bool = False) -> dict:
+                 calls: int, warmup: int, reference: bool = False, variants: tuple[str, ...] = VARIANTS,
+                 pin: bool = False) -> dict:
+    unknown = set(variants) - set(KNOWN_VARIANTS)
+    if unknown or "plain" not in variants:
+        raise ValueError(f"variants must include plain and come from {KNOWN_VARIANTS}: {variants}")
+    cpus = one_cpu_per_core(len(variants)) if pin else []
+    if pin and len(cpus) < len(variants):
+        raise ValueError(f"--pin needs {len(variants)} CPUs; this process has {len(cpus)}")
     ctx = mp.get_context("spawn")
     procs, conns = {}, {}
-    for variant in VARIANTS:
+    for i, variant in enumerate(variants):
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=_timer, args=(child, variant, problem_file, kernel_file, dsl, device, small,
-                                                warmup, reference), daemon=True)
+                                                warmup, reference, cpus[i] if pin else None), daemon=True)
         proc.start()
         procs[variant], conns[variant] = proc, parent
-    samples: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    samples: dict[str, list[float]] = {v: [] for v in variants}
     refusals: dict[str, list[str]] = {}
     try:
         for variant, conn in conns.items():
             kind, payload = conn.recv()
             if kind != "ready":
                 raise RuntimeError(f"{variant}: {payload}")
-        order = list(VARIANTS)
+        order = list(variants)
         shuffle = random.Random(7)
         for _ in range(rounds):
             shuffle.shuffle(order)
@@ -184,7 +235,11 @@ def timed_rounds(problem_file: str, kernel_file: str, dsl: str, device: str, sma
                 proc.kill()
     out = {v: {"median_ms": statistics.median(s), "p10_ms": _quantile(s, 0.1), "p90_ms": _quantile(s, 0.9),
                "calls": len(s)} for v, s in samples.items()}
-    out["guard_minus_plain_us"] = round(1e3 * (out["guard"]["median_ms"] - out["plain"]["median_ms"]), 2)
+    if "guard" in out:
+        out["guard_minus_plain_us"] = round(1e3 * (out["guard"]["median_ms"] - out["plain"]["median_ms"]), 2)
+    out["minus_plain_us"] = {v: round(1e3 * (out[v]["median_ms"] - out["plain"]["median_ms"]), 2)
+                             for v in variants if v != "plain"}
+    out["cpus"] = dict(zip(variants, cpus, strict=True)) if pin else None
     out["refusals"] = refusals
     return out
 
@@ -206,8 +261,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--calls", type=int, default=25, help="calls per variant per round")
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--variants", default=",".join(VARIANTS),
+                   help=f"comma-separated timing processes, plain among them, from {','.join(KNOWN_VARIANTS)}")
+    p.add_argument("--pin", action="store_true", help="each timing process on a physical core of its own")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
+    variants = tuple(v for v in args.variants.split(",") if v)
+    unknown = set(variants) - set(KNOWN_VARIANTS)
+    if unknown or "plain" not in variants or len(set(variants)) != len(variants):
+        p.error(f"--variants: plain and others from {', '.join(KNOWN_VARIANTS)}, each once (got {args.variants})")
     problem, kernel = str(Path(args.problem).resolve()), str(Path(args.kernel).resolve())
     result = {
         "command": "python3 -m benchmarks.audit_events " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -219,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         result["events_per_call"] = pool.apply(count_events, (problem, kernel, args.dsl, args.device, args.small,
                                                               args.calls, args.reference))
     result["timing"] = timed_rounds(problem, kernel, args.dsl, args.device, args.small, args.rounds, args.calls,
-                                    args.warmup, args.reference)
+                                    args.warmup, args.reference, variants, args.pin)
     if args.device.startswith("cuda"):
         import torch
 

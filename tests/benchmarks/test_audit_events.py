@@ -4,6 +4,7 @@ call in a plain process beside one with the candidate's armed guard."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +68,45 @@ def test_the_eager_reference_is_timed_beside_the_reference_workers_hook(tmp_path
     timing = json.loads(out.read_text())["timing"]
     assert timing["plain"]["calls"] == timing["guard"]["calls"] == 8
     assert timing["refusals"]["guard"] == []  # the reference worker's hook refuses nothing
+
+
+def _controls(tmp_path: Path, *extra: str) -> dict:
+    out = tmp_path / "controls.json"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.audit_events", str(PROBLEM), str(CPU_KERNEL),
+                           "--dsl", "tirx", "--device", "cpu", "--small", "--rounds", "2", "--calls", "3",
+                           "--warmup", "1", *extra, "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return json.loads(out.read_text())["timing"]
+
+
+@pytest.mark.slow
+def test_the_controls_take_the_guard_apart(tmp_path):
+    timing = _controls(tmp_path, "--variants", "plain,plain_b,hook,gate,guard")
+    assert set(timing["minus_plain_us"]) == {"plain_b", "hook", "gate", "guard"}
+    assert all(timing[v]["calls"] == 6 for v in ("plain", "plain_b", "hook", "gate", "guard"))
+    assert timing["cpus"] is None and timing["refusals"]["hook"] == timing["refusals"]["gate"] == []
+
+
+@pytest.mark.slow
+def test_pinned_timing_processes_each_get_a_cpu_of_their_own(tmp_path):
+    timing = _controls(tmp_path, "--variants", "plain,guard", "--pin")
+    assert sorted(timing["cpus"]) == ["guard", "plain"] and len(set(timing["cpus"].values())) == 2
+    assert timing["guard"]["calls"] == timing["plain"]["calls"] == 6
+
+
+def test_an_unknown_or_plainless_variant_list_is_refused_before_anything_starts():
+    for bad in ("plain,slow", "guard,hook", "plain,plain"):
+        done = subprocess.run([sys.executable, "-m", "benchmarks.audit_events", str(PROBLEM), str(CPU_KERNEL),
+                               "--dsl", "tirx", "--device", "cpu", "--variants", bad],
+                              capture_output=True, text=True, timeout=120, cwd=REPO)
+        assert done.returncode == 2 and "--variants" in done.stderr, (bad, done.stderr[-500:])
+
+
+def test_one_cpu_per_core_gives_distinct_cpus_of_this_process():
+    from benchmarks.audit_events import one_cpu_per_core
+
+    mine = os.sched_getaffinity(0)
+    cpus = one_cpu_per_core(len(mine))
+    assert len(cpus) == len(set(cpus)) == len(mine) and set(cpus) <= mine
+    assert len(one_cpu_per_core(1)) == 1
