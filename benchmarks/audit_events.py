@@ -17,8 +17,10 @@ is a count and a difference of medians, with nothing else of the grader involved
 - ``guard``: the same with the candidate's guard installed and armed (the kernel file as the
   submission, a scratch folder of its own; a refusal is recorded, not acted on).
 
-``--variants`` adds controls that take the guard apart: ``plain_b`` (a second plain process, started
-last: what two identical processes differ by, the floor any other difference must clear), ``hook``
+``--variants`` adds controls that take the guard apart: ``plain_b``, ``plain_c``, ``plain_d`` (more
+plain processes: what identical processes differ by, the floor any other difference must clear),
+``nap`` (a plain process that sleeps 2 ms before each call, outside the clock, as the grader's worker
+waits on its pipe between calls, and so starts each call from a core that idled), ``hook``
 (the audit hook alone, checking nothing, without the import gate) and ``gate`` (the import gate alone).
 ``--pin`` puts each timing process on one CPU of a physical core of its own, as the grader's core plan
 puts its workers, so that the scheduler's placement is the same for every variant.
@@ -50,7 +52,8 @@ from benchmarks.independent_loop import load
 from metakernelbench.verifier.cpu_list import parse_cpu_list
 
 VARIANTS = ("plain", "guard")
-KNOWN_VARIANTS = ("plain", "plain_b", "hook", "gate", "guard")
+KNOWN_VARIANTS = ("plain", "plain_b", "plain_c", "plain_d", "nap", "hook", "gate", "guard")
+NAP_S = 0.002  # the ``nap`` variant's sleep before each call (the worker's wait on its pipe)
 
 
 class _Subject:
@@ -82,11 +85,13 @@ class _Subject:
         gen = self.torch.Generator(device=self.device).manual_seed(self.seeds.getrandbits(63))
         return self.problem.make_inputs(self.device, gen, **self.workload)
 
-    def call_ms(self, before=None, after=None) -> float:
+    def call_ms(self, before=None, after=None, nap_s: float = 0.0) -> float:
         inputs = self.draw()
         if self.flush is not None:
             self.flush.bitwise_not_()
         self.sync()
+        if nap_s:
+            time.sleep(nap_s)
         if before:
             before()
         start = time.perf_counter()
@@ -153,8 +158,9 @@ def _timer(conn, variant: str, problem_file: str, kernel_file: str, dsl: str, de
 
             subject = _Subject(problem_file, kernel_file, dsl, device, small, reference)
             sys.meta_path.insert(0, ImportGate())
-        else:  # plain, plain_b
+        else:  # plain, plain_b, plain_c, plain_d, nap
             subject = _Subject(problem_file, kernel_file, dsl, device, small, reference)
+        nap_s = NAP_S if variant == "nap" else 0.0
         for _ in range(warmup):
             subject.call_ms()
         conn.send(("ready", None))
@@ -162,7 +168,7 @@ def _timer(conn, variant: str, problem_file: str, kernel_file: str, dsl: str, de
             n = conn.recv()
             if n is None:
                 break
-            conn.send(("times", [subject.call_ms() for _ in range(n)]))
+            conn.send(("times", [subject.call_ms(nap_s=nap_s) for _ in range(n)]))
         conn.send(("refusals", refusals[:20]))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which stops
         conn.send(("error", f"{type(exc).__name__}: {exc}"))

@@ -82,9 +82,9 @@ def _controls(tmp_path: Path, *extra: str) -> dict:
 
 @pytest.mark.slow
 def test_the_controls_take_the_guard_apart(tmp_path):
-    timing = _controls(tmp_path, "--variants", "plain,plain_b,hook,gate,guard")
-    assert set(timing["minus_plain_us"]) == {"plain_b", "hook", "gate", "guard"}
-    assert all(timing[v]["calls"] == 6 for v in ("plain", "plain_b", "hook", "gate", "guard"))
+    timing = _controls(tmp_path, "--variants", "plain,plain_b,nap,hook,gate,guard")
+    assert set(timing["minus_plain_us"]) == {"plain_b", "nap", "hook", "gate", "guard"}
+    assert all(timing[v]["calls"] == 6 for v in ("plain", "plain_b", "nap", "hook", "gate", "guard"))
     assert timing["cpus"] is None and timing["refusals"]["hook"] == timing["refusals"]["gate"] == []
 
 
