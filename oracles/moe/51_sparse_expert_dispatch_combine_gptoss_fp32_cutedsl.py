@@ -20,6 +20,18 @@ kernels; torch only sorts the (token, k) assignments by expert and builds index 
   ascending expert order from zero (the reference's index_add_ order).
 No tensor cores: fp32 GEMMs without TF32 have no tensor-core instruction on sm_90, so the GEMMs are
 SIMT fp32 FMAs.
+
+Speed (final grade on an NVIDIA H100 80GB HBM3, results/h200/oracles.json run 20): 141.6 ms against
+the eager reference's 93.2 ms (0.66x). The grader's profiled call puts 99.8 % of the GPU time in DSL
+kernels: the gathered gate/up GEMM with the GLU 97.9 ms, the down GEMM 41.4 ms, the combine 0.31 ms
+(the torch sort and index tables 0.2 ms). The 65,536 routed rows make 3.26 TFLOP: these SIMT loops
+issue them at 23 TFLOP/s (gate/up 22, down 26), while the reference's strict fp32 cuBLAS GEMMs, one
+expert at a time, reach 35 TFLOP/s, about half the H100's fp32 FMA peak (67 TFLOP/s). The route that
+would beat eager, not taken here: 3xTF32 on the tensor cores (each fp32 operand split into a TF32 high
+part and a TF32 remainder, three WGMMA products accumulated in fp32, CUTLASS's fp32 emulation with
+about fp32's error), or short of that a SIMT GEMM built like cuBLAS's (8 x 8 outputs per thread,
+128-row tiles, double-buffered shared-memory staging), which would reach the reference's rate on the
+same expert-sorted tiles without its per-expert launches.
 """
 
 import cutlass
