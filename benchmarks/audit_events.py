@@ -20,11 +20,7 @@ is a count and a difference of medians, with nothing else of the grader involved
 ``--variants`` adds controls that take the guard apart: ``plain_b``, ``plain_c``, ``plain_d`` (more
 plain processes: what identical processes differ by, the floor any other difference must clear),
 ``nap`` (a plain process that sleeps 2 ms before each call, outside the clock, as the grader's worker
-waits on its pipe between calls, and so starts each call from a core that idled), ``xctx`` (the
-grader's order of work before GO: the L2 evicted by another process, so in another GPU context, then
-one tiny kernel of this process's and a sync, the switch back), ``xctx_touch`` (the same, then one
-element of every large page of the inputs read, so the call starts with their address translations
-warm and all but a line per page still out of the L2), ``hook``
+waits on its pipe between calls, and so starts each call from a core that idled), ``hook``
 (the audit hook alone, checking nothing, without the import gate) and ``gate`` (the import gate alone).
 ``--pin`` puts each timing process on one CPU of a physical core of its own, as the grader's core plan
 puts its workers, so that the scheduler's placement is the same for every variant.
@@ -56,9 +52,7 @@ from benchmarks.independent_loop import load
 from metakernelbench.verifier.cpu_list import parse_cpu_list
 
 VARIANTS = ("plain", "guard")
-KNOWN_VARIANTS = ("plain", "plain_b", "plain_c", "plain_d", "nap", "xctx", "xctx_touch", "hook", "gate", "guard")
-PEER_VARIANTS = ("xctx", "xctx_touch")  # the L2 evicted by another process (another GPU context)
-PAGE_BYTES = 2 << 20  # the GPU's large page: one element read per page warms its translation
+KNOWN_VARIANTS = ("plain", "plain_b", "plain_c", "plain_d", "nap", "hook", "gate", "guard")
 NAP_S = 0.002  # the ``nap`` variant's sleep before each call (the worker's wait on its pipe)
 
 
@@ -91,30 +85,9 @@ class _Subject:
         gen = self.torch.Generator(device=self.device).manual_seed(self.seeds.getrandbits(63))
         return self.problem.make_inputs(self.device, gen, **self.workload)
 
-    def warm(self) -> None:
-        """One tiny kernel of this process's and a sync (the worker's ``_warm_context``)."""
-        if self.cuda:
-            self.torch.zeros(1, device=self.device).add_(1)
-        self.sync()
-
-    def touch(self, inputs: tuple) -> None:
-        """Read one element of every large page of each contiguous tensor input."""
-        for value in inputs:
-            if isinstance(value, self.torch.Tensor) and value.is_cuda and value.is_contiguous() and value.numel():
-                flat = value.reshape(-1)
-                flat[::max(1, PAGE_BYTES // value.element_size())].clone()
-        self.sync()
-
-    def call_ms(self, before=None, after=None, nap_s: float = 0.0, peer=None, touch: bool = False) -> float:
+    def call_ms(self, before=None, after=None, nap_s: float = 0.0) -> float:
         inputs = self.draw()
-        if peer is not None:  # the grader's order: its flush in its own context, then this process's
-            self.sync()
-            peer.send("flush")
-            peer.recv()
-            self.warm()
-            if touch:
-                self.touch(inputs)
-        elif self.flush is not None:
+        if self.flush is not None:
             self.flush.bitwise_not_()
         self.sync()
         if nap_s:
@@ -151,7 +124,7 @@ def count_events(problem_file: str, kernel_file: str, dsl: str, device: str, sma
 
 
 def _timer(conn, variant: str, problem_file: str, kernel_file: str, dsl: str, device: str, small: bool,
-           warmup: int, reference: bool, cpu: int | None = None, peer=None) -> None:
+           warmup: int, reference: bool, cpu: int | None = None) -> None:
     """A timing process: set up ``variant``, then time ``n`` calls for every round it is sent."""
     refusals: list[str] = []
     try:
@@ -185,40 +158,20 @@ def _timer(conn, variant: str, problem_file: str, kernel_file: str, dsl: str, de
 
             subject = _Subject(problem_file, kernel_file, dsl, device, small, reference)
             sys.meta_path.insert(0, ImportGate())
-        else:  # plain, plain_b, plain_c, plain_d, nap, xctx, xctx_touch
+        else:  # plain, plain_b, plain_c, plain_d, nap
             subject = _Subject(problem_file, kernel_file, dsl, device, small, reference)
         nap_s = NAP_S if variant == "nap" else 0.0
-        touch = variant == "xctx_touch"
         for _ in range(warmup):
-            subject.call_ms(peer=peer, touch=touch)
+            subject.call_ms()
         conn.send(("ready", None))
         while True:
             n = conn.recv()
             if n is None:
                 break
-            conn.send(("times", [subject.call_ms(nap_s=nap_s, peer=peer, touch=touch) for _ in range(n)]))
+            conn.send(("times", [subject.call_ms(nap_s=nap_s) for _ in range(n)]))
         conn.send(("refusals", refusals[:20]))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which stops
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
-
-
-def _peer(conn, device: str) -> None:
-    """Another process's GPU context that evicts the L2 when asked (the grader's flush, ``xctx``)."""
-    import torch
-
-    dev = torch.device(device)
-    flush = torch.empty(2 * torch.cuda.get_device_properties(dev).L2_cache_size, dtype=torch.uint8, device=dev) \
-        if dev.type == "cuda" else None
-    while True:
-        try:
-            if conn.recv() is None:
-                return
-        except EOFError:
-            return
-        if flush is not None:
-            flush.bitwise_not_()
-            torch.cuda.synchronize(dev)
-        conn.send("flushed")
 
 
 def one_cpu_per_core(n: int) -> list[int]:
@@ -253,18 +206,11 @@ def timed_rounds(problem_file: str, kernel_file: str, dsl: str, device: str, sma
     if pin and len(cpus) < len(variants):
         raise ValueError(f"--pin needs {len(variants)} CPUs; this process has {len(cpus)}")
     ctx = mp.get_context("spawn")
-    procs, conns, peers = {}, {}, []
+    procs, conns = {}, {}
     for i, variant in enumerate(variants):
         parent, child = ctx.Pipe()
-        peer_end = None
-        if variant in PEER_VARIANTS:
-            peer_end, peer_child = ctx.Pipe()
-            peer = ctx.Process(target=_peer, args=(peer_child, device), daemon=True)
-            peer.start()
-            peers.append((peer, peer_end))
         proc = ctx.Process(target=_timer, args=(child, variant, problem_file, kernel_file, dsl, device, small,
-                                                warmup, reference, cpus[i] if pin else None, peer_end),
-                           daemon=True)
+                                                warmup, reference, cpus[i] if pin else None), daemon=True)
         proc.start()
         procs[variant], conns[variant] = proc, parent
     samples: dict[str, list[float]] = {v: [] for v in variants}
@@ -293,14 +239,6 @@ def timed_rounds(problem_file: str, kernel_file: str, dsl: str, device: str, sma
             proc.join(10)
             if proc.is_alive():
                 proc.kill()
-        for peer, end in peers:
-            try:
-                end.send(None)
-            except OSError:
-                pass
-            peer.join(10)
-            if peer.is_alive():
-                peer.kill()
     out = {v: {"median_ms": statistics.median(s), "p10_ms": _quantile(s, 0.1), "p90_ms": _quantile(s, 0.9),
                "calls": len(s)} for v, s in samples.items()}
     if "guard" in out:

@@ -110,10 +110,3 @@ def test_one_cpu_per_core_gives_distinct_cpus_of_this_process():
     cpus = one_cpu_per_core(len(mine))
     assert len(cpus) == len(set(cpus)) == len(mine) and set(cpus) <= mine
     assert len(one_cpu_per_core(1)) == 1
-
-
-@pytest.mark.slow
-def test_the_graders_order_before_go_is_timed_with_a_peer_process_for_the_flush(tmp_path):
-    timing = _controls(tmp_path, "--variants", "plain,xctx,xctx_touch")
-    assert timing["xctx"]["calls"] == timing["xctx_touch"]["calls"] == timing["plain"]["calls"] == 6
-    assert set(timing["minus_plain_us"]) == {"xctx", "xctx_touch"}
