@@ -28,8 +28,8 @@ puts its workers, so that the scheduler's placement is the same for every varian
 ``--reference`` times the problem's eager reference instead, its ``guard`` process with the hook the
 trusted reference worker installs (``enforce=False``): the eager side of a grade.
 
-Both timing processes are started once and timed in alternating rounds (the order shuffled each
-round) so that drift of the host or the GPU hits both alike. Each call gets a fresh draw (made before
+The timing processes are started once and timed in turns, round by round (the order shuffled each
+round), so that drift of the host or the GPU hits all of them alike. Each call gets a fresh draw (made before
 the clock starts), an L2 flush on the GPU, and a device synchronise on both sides of it: the
 independent loop's stopwatch. Prints one JSON object; ``--out`` also writes it.
 """
@@ -48,8 +48,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.independent_loop import load
-from metakernelbench.verifier.cpu_list import parse_cpu_list
+from benchmarks.independent_loop import l2_flush_buffer, load
+from metakernelbench.verifier.cpu_list import siblings
 
 VARIANTS = ("plain", "guard")
 KNOWN_VARIANTS = ("plain", "plain_b", "plain_c", "plain_d", "nap", "hook", "gate", "guard")
@@ -73,8 +73,7 @@ class _Subject:
         self.workload = dict(getattr(self.problem, "SMALL_WORKLOAD", {})) if small else {}
         self.solve = self.problem.reference if reference else load(kernel_file, "audit_kernel").solve
         self.cuda = self.device.type == "cuda"
-        self.flush = torch.empty(2 * torch.cuda.get_device_properties(self.device).L2_cache_size,
-                                 dtype=torch.uint8, device=self.device) if self.cuda else None
+        self.flush = l2_flush_buffer(self.device) if self.cuda else None
         self.seeds = random.Random(12345)
 
     def sync(self) -> None:
@@ -183,12 +182,7 @@ def one_cpu_per_core(n: int) -> list[int]:
     for cpu in sorted(os.sched_getaffinity(0), reverse=True):
         if cpu in taken:
             continue
-        try:
-            with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as fh:
-                siblings = parse_cpu_list(fh.read())
-        except OSError:
-            siblings = {cpu}
-        taken |= siblings | {cpu}
+        taken |= siblings(cpu)
         chosen.append(cpu)
         if len(chosen) == n:
             return chosen
@@ -196,12 +190,16 @@ def one_cpu_per_core(n: int) -> list[int]:
     return chosen + spare[:n - len(chosen)]
 
 
+def check_variants(variants: tuple[str, ...]) -> None:
+    """ValueError unless ``variants`` holds plain and others of ``KNOWN_VARIANTS``, each once."""
+    if set(variants) - set(KNOWN_VARIANTS) or "plain" not in variants or len(set(variants)) != len(variants):
+        raise ValueError(f"plain and others from {', '.join(KNOWN_VARIANTS)}, each once (got {','.join(variants)})")
+
+
 def timed_rounds(problem_file: str, kernel_file: str, dsl: str, device: str, small: bool, rounds: int,
                  calls: int, warmup: int, reference: bool = False, variants: tuple[str, ...] = VARIANTS,
                  pin: bool = False) -> dict:
-    unknown = set(variants) - set(KNOWN_VARIANTS)
-    if unknown or "plain" not in variants:
-        raise ValueError(f"variants must include plain and come from {KNOWN_VARIANTS}: {variants}")
+    check_variants(variants)
     cpus = one_cpu_per_core(len(variants)) if pin else []
     if pin and len(cpus) < len(variants):
         raise ValueError(f"--pin needs {len(variants)} CPUs; this process has {len(cpus)}")
@@ -273,9 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     variants = tuple(v for v in args.variants.split(",") if v)
-    unknown = set(variants) - set(KNOWN_VARIANTS)
-    if unknown or "plain" not in variants or len(set(variants)) != len(variants):
-        p.error(f"--variants: plain and others from {', '.join(KNOWN_VARIANTS)}, each once (got {args.variants})")
+    try:
+        check_variants(variants)
+    except ValueError as exc:
+        p.error(f"--variants: {exc}")
     problem, kernel = str(Path(args.problem).resolve()), str(Path(args.kernel).resolve())
     result = {
         "command": "python3 -m benchmarks.audit_events " + " ".join(sys.argv[1:] if argv is None else argv),

@@ -48,7 +48,7 @@ import torch
 import torch.multiprocessing as mp
 
 # the plain loop's own loader (this file, like it, imports nothing of the grader)
-from benchmarks.independent_loop import load
+from benchmarks.independent_loop import l2_flush_buffer, load
 
 VARIANTS = ("own", "stage", "stage_touch", "signal", "stage_copy", "copy_wait_200", "copy_wait_1000",
             "copy_wait_5000", "tiny")
@@ -69,8 +69,7 @@ def stage_process(problem_file: str, page_path: str, queue) -> None:
     torch.cuda.set_device(device)
     problem = load(problem_file, "stage_problem")
     buffers = queue.get()
-    flush = torch.empty(2 * torch.cuda.get_device_properties(device).L2_cache_size, dtype=torch.uint8,
-                        device=device)
+    flush = l2_flush_buffer(device)
     seeds = random.Random(7)
     # COPY: draws made in advance and an L2 flush by a device-to-device copy, so that nothing but
     # copies (the copy engines, not the SMs) runs in this context between READY and GO
@@ -137,8 +136,7 @@ def main() -> int:
     for b, x in zip(buffers, first, strict=True):
         if isinstance(x, torch.Tensor):
             b.copy_(x)
-    flush = torch.empty(2 * torch.cuda.get_device_properties(device).L2_cache_size, dtype=torch.uint8,
-                        device=device)
+    flush = l2_flush_buffer(device)
     touch = torch.zeros(1, device=device)
     folder = "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
     page_path = os.path.join(folder, f"mkb-switch-{os.getpid()}")

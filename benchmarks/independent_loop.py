@@ -30,9 +30,13 @@ def load(path: str, name: str):
     return module
 
 
+def l2_flush_buffer(device: torch.device) -> torch.Tensor:
+    """A buffer twice the GPU's L2: writing it all (``bitwise_not_``) evicts whatever the L2 held."""
+    return torch.empty(2 * torch.cuda.get_device_properties(device).L2_cache_size, dtype=torch.uint8, device=device)
+
+
 def time_calls(fn, problem, workload: dict, warmup: int, timed: int, device: torch.device) -> list[float]:
-    flush = torch.empty(2 * torch.cuda.get_device_properties(device).L2_cache_size, dtype=torch.uint8,
-                        device=device)
+    flush = l2_flush_buffer(device)
     seeds = random.Random(12345)
     samples = []
     for i in range(warmup + timed):

@@ -5,7 +5,7 @@ One place for both directions, so the grader's core plan and the judge's per-slo
 
 from __future__ import annotations
 
-__all__ = ["cpu_list_text", "parse_cpu_list"]
+__all__ = ["cpu_list_text", "parse_cpu_list", "siblings"]
 
 
 def parse_cpu_list(text: str) -> set[int]:
@@ -24,3 +24,13 @@ def parse_cpu_list(text: str) -> set[int]:
 def cpu_list_text(cpus: set[int] | list[int]) -> str:
     """``{0, 1, 2, 8}`` -> ``0,1,2,8``: what records, messages and Docker's ``cpuset_cpus`` take."""
     return ",".join(str(c) for c in sorted(cpus))
+
+
+def siblings(cpu: int) -> set[int]:
+    """``cpu`` and its hyper-thread siblings (its physical core's logical CPUs), from sysfs; ``{cpu}``
+    where sysfs does not say."""
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as fh:
+            return parse_cpu_list(fh.read()) | {cpu}
+    except OSError:
+        return {cpu}

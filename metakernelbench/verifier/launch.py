@@ -32,7 +32,7 @@ from pathlib import Path
 
 from metakernelbench.contract import GradeConfig, Status, Verdict
 
-from .cpu_list import parse_cpu_list
+from .cpu_list import siblings
 from .doorbell import DONE, READY, TOUCHED, Doorbell
 from .guard import thread_ids
 from .protocol import WARM_READY, CallRequest, LoadRequest, WorkerSetup
@@ -279,12 +279,7 @@ def core_plan(available: set[int] | None = None) -> tuple[set[int], set[int]] | 
     if len(cpus) < 4:
         return None
     spin = max(cpus)
-    try:
-        with open(f"/sys/devices/system/cpu/cpu{spin}/topology/thread_siblings_list") as fh:
-            siblings = parse_cpu_list(fh.read()) | {spin}
-    except OSError:
-        siblings = {spin}
-    workers = cpus - siblings
+    workers = cpus - siblings(spin)
     return ({spin}, workers) if workers else None
 
 
