@@ -14,7 +14,8 @@ grading, every kernel listed, in ``grade.json``); ``--separate-share`` also prof
 separate plain process (``dsl_share.py``, torch profiler) as an independent check of that figure, and
 ``--independent`` times each oracle that PASSED with the plain loop (``independent_loop.py``, no grader
 code) and records its speedup beside the grade's (``independent``, ``agreement``: within 10 % for a
-kernel of a millisecond or more).
+kernel of a millisecond or more). On a CUDA device each entry's ``gpu_memory`` is the device's used
+memory while the grade ran (``gpu_memory_watch.py``: nvidia-smi, all the grade's processes together).
 
 The record holds the command, commit, device and date of each run, the tasks and oracle files that
 existed, and one entry per task (``--merge`` keeps entries of an earlier record that this run did not
@@ -37,6 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.gpu_memory_watch import GpuMemoryWatch
 from benchmarks.h200_judge import device_name, git_commit, start_judge
 from benchmarks.oracle_coverage import AGREEMENT_MIN_KERNEL_MS, AGREEMENT_TOLERANCE
 from metakernelbench.contract import DSLS
@@ -182,8 +184,10 @@ def merge_run(run_path: Path, record_path: Path) -> dict:
 
 
 def entry(task: str, family: str, dsl: str, kernel: Path, grade: dict, reward: dict, wall: float,
-          measured: dict, run_index: int, separate: dict | None = None) -> dict:
+          measured: dict, run_index: int, separate: dict | None = None, memory: dict | None = None) -> dict:
     extra = {"separate_share": separate} if separate is not None else {}
+    if memory is not None:
+        extra["gpu_memory"] = memory
     return {**extra,"task": task, "family": family, "dsl": dsl, "kernel": shown(kernel),
             "status": grade.get("status"), "kernel_ms": grade.get("kernel_ms"), "eager_ms": grade.get("eager_ms"),
             "speedup": grade.get("speedup"), "reward": reward.get("reward"), "infra_error": reward.get("infra_error"),
@@ -269,16 +273,23 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"--stop-after {args.stop_after:g} s: not started: {', '.join(run['not_started'])}", flush=True)
                 break
             token = admin.request("POST", "/v1/tokens", {"scope": "final", "label": f"oracle-{task}"})["token"]
-            grade, reward, wall = final_grade(url, token, task, kernel, args.timeout)
+            if args.device.startswith("cuda"):
+                with GpuMemoryWatch(int(args.device.partition(":")[2] or 0)) as watch:
+                    grade, reward, wall = final_grade(url, token, task, kernel, args.timeout)
+                memory = watch.summary()
+            else:
+                grade, reward, wall = final_grade(url, token, task, kernel, args.timeout)
+                memory = None
             measured = grade.get("dsl_share") or {}
             separate = share(task, dsl, kernel, args.device) if args.separate_share else None
             entries[task] = entry(task, family, dsl, kernel, grade, reward, wall, measured, len(record["runs"]) - 1,
-                                  separate)
+                                  separate, memory)
             if args.independent and grade.get("status") == "PASSED":
                 entries[task]["independent"] = independent(task, kernel, args.device)
                 entries[task]["agreement"] = agreement(entries[task])
             print(f"{task}: {grade.get('status')} speedup={grade.get('speedup')} "
                   f"dsl_share={measured.get('dsl_share')} grading={wall:.1f}s"
+                  + (f" gpu_peak={memory.get('peak_gib')}GiB" if memory else "")
                   + (f" plain loop={entries[task].get('independent')}" if args.independent else ""), flush=True)
             save()
     finally:
