@@ -4,6 +4,7 @@ and a final grade's GPU memory peak.
     python -m benchmarks.h200_problems --out results/h200/problems.json [--only 02,28]
     python -m benchmarks.h200_problems --grade-peak --merge --out results/h200/problems.json --only 06,33,34,45,47 \
         [--dsl cutedsl] [--memory-budget-gb 80]
+    python -m benchmarks.h200_problems --peaks-from results/h200/oracles.json --out results/h200/problems.json
 
 For every problem: the eager reference's median over the grader's loop (10 warmup + 50 timed calls,
 each on a fresh draw, L2 flushed, device-wide sync around the call: the same ``DeviceTools`` code
@@ -29,6 +30,10 @@ plan the grade followed, the used memory before it, its stages' seconds, and the
 ``metakernelbench.adapters.memory_estimates`` for the same card). ``--memory-budget-gb`` makes the
 grade plan for a smaller card than the one it runs on (80 on an H200: does the 80 GB plan hold?).
 With ``--merge`` only these two fields of the existing rows change.
+
+``--peaks-from`` takes the same peak from an oracle sweep instead (``h200_oracles.py`` samples the
+device's used memory with nvidia-smi while each final grade runs), so a sweep's gradings need not be
+run again for it; each filled peak names its record, run, device and tool in ``final_grade_peak_source``.
 """
 
 from __future__ import annotations
@@ -321,7 +326,16 @@ def main() -> None:
     parser.add_argument("--sample-ms", type=float, default=10.0, help="--grade-peak: the memory sampling period")
     parser.add_argument("--kernel", action="append", default=[], metavar="TASK=FILE",
                         help="--grade-peak: grade this file for a task instead of its oracle (a CPU smoke test)")
+    parser.add_argument("--peaks-from", type=Path, metavar="ORACLES_JSON",
+                        help="fill the final-grade peaks of --out from an oracle sweep's record (its entries' "
+                             "gpu_memory, sampled while each final grade ran) and exit; uses no GPU")
     args = parser.parse_args()
+    if args.peaks_from:
+        record = json.loads(args.out.read_text())
+        filled = peaks_from_sweep(record, json.loads(args.peaks_from.read_text()), args.peaks_from.name)
+        args.out.write_text(json.dumps(record, indent=2) + "\n")
+        print(f"{args.out}: final-grade peaks from {args.peaks_from.name} for {filled} task(s)")
+        return
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
@@ -400,6 +414,29 @@ def write_grade_peaks(args, device, wanted: set[str]) -> None:
     record["problems"] = sorted(rows.values(), key=lambda r: r["problem"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2) + "\n")
+
+
+def peaks_from_sweep(record: dict, sweep: dict, source: str) -> int:
+    """Copy each sweep entry's final-grade memory peak (``gpu_memory.peak_gib``) into its problem's row as
+    ``final_grade_peak_gib[dsl]``, with ``final_grade_peak_source[dsl]`` naming the record, run, device and
+    tool. A peak that ``--grade-peak`` measured itself (a ``final_grade`` for that DSL) is kept. Returns
+    how many task peaks were written."""
+    rows = {r["problem"]: r for r in record["problems"]}
+    runs = sweep.get("runs", [])
+    filled = 0
+    for entry in sweep.get("entries", []):
+        peak = (entry.get("gpu_memory") or {}).get("peak_gib")
+        problem, _, dsl = entry["task"].rpartition("_")
+        row = rows.get(problem)
+        if peak is None or row is None or dsl in (row.get("final_grade") or {}):
+            continue
+        run = runs[entry["run"]] if isinstance(entry.get("run"), int) and entry["run"] < len(runs) else {}
+        row["final_grade_peak_gib"] = {**(row.get("final_grade_peak_gib") or {}), dsl: peak}
+        row.setdefault("final_grade_peak_source", {})[dsl] = {
+            "record": source, "run": entry.get("run"), "device": run.get("device"), "commit": run.get("commit"),
+            "tool": entry["gpu_memory"].get("tool"), "status": entry.get("status")}
+        filled += 1
+    return filled
 
 
 def _commit() -> str:
