@@ -419,8 +419,9 @@ def write_grade_peaks(args, device, wanted: set[str]) -> None:
 def peaks_from_sweep(record: dict, sweep: dict, source: str) -> int:
     """Copy each sweep entry's final-grade memory peak (``gpu_memory.peak_gib``) into its problem's row as
     ``final_grade_peak_gib[dsl]``, with ``final_grade_peak_source[dsl]`` naming the record, run, device and
-    tool. A peak that ``--grade-peak`` measured itself (a ``final_grade`` for that DSL) is kept. Returns
-    how many task peaks were written."""
+    tool. A peak that ``--grade-peak`` measured itself (a ``final_grade`` for that DSL) is kept, and a grade
+    that did not complete (``INFRA_ERROR``) gives none: its peak is only a lower bound. Returns how many
+    task peaks were written."""
     rows = {r["problem"]: r for r in record["problems"]}
     runs = sweep.get("runs", [])
     filled = 0
@@ -428,7 +429,8 @@ def peaks_from_sweep(record: dict, sweep: dict, source: str) -> int:
         peak = (entry.get("gpu_memory") or {}).get("peak_gib")
         problem, _, dsl = entry["task"].rpartition("_")
         row = rows.get(problem)
-        if peak is None or row is None or dsl in (row.get("final_grade") or {}):
+        if peak is None or row is None or entry.get("status") in (None, "INFRA_ERROR") \
+                or dsl in (row.get("final_grade") or {}):
             continue
         run = runs[entry["run"]] if isinstance(entry.get("run"), int) and entry["run"] < len(runs) else {}
         row["final_grade_peak_gib"] = {**(row.get("final_grade_peak_gib") or {}), dsl: peak}

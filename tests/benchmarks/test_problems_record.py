@@ -64,8 +64,9 @@ def test_grade_peak_records_a_final_grade_per_dsl_and_keeps_the_other_fields(tmp
 
 def test_peaks_from_a_sweep_fill_only_what_the_sweep_measured():
     """An oracle sweep's memory peaks go into the problem rows; a row's own ``--grade-peak`` measurement
-    for a DSL is kept, and an entry without a peak writes nothing."""
+    for a DSL is kept, and an entry without a peak, or whose grade did not complete, writes nothing."""
     record = {"problems": [
+        {"problem": "47_z", "final_grade_peak_gib": None},
         {"problem": "34_x", "final_grade_peak_gib": None},
         {"problem": "45_y", "final_grade_peak_gib": {"tirx": 70.0}, "final_grade": {"tirx": {"status": "PASSED"}}},
     ]}
@@ -74,9 +75,11 @@ def test_peaks_from_a_sweep_fill_only_what_the_sweep_measured():
         {"task": "34_x_tirx", "run": 0, "status": "PASSED", "gpu_memory": {"peak_gib": None, "error": "none"}},
         {"task": "45_y_tirx", "run": 0, "status": "PASSED", "gpu_memory": {"peak_gib": 99.0, "tool": "nvidia-smi"}},
         {"task": "45_y_cutedsl", "run": 0, "status": "PASSED", "gpu_memory": {"peak_gib": 66.0, "tool": "nvidia-smi"}},
+        {"task": "47_z_tirx", "run": 0, "status": "INFRA_ERROR", "gpu_memory": {"peak_gib": 73.0, "tool": "nvidia-smi"}},
     ]}
     assert h200_problems.peaks_from_sweep(record, sweep, "oracles.json") == 2
-    first, second = record["problems"]
+    unfinished, first, second = record["problems"]
+    assert unfinished["final_grade_peak_gib"] is None
     assert first["final_grade_peak_gib"] == {"cutedsl": 61.2}
     assert first["final_grade_peak_source"]["cutedsl"]["device"] == "NVIDIA H100 80GB HBM3"
     assert second["final_grade_peak_gib"] == {"tirx": 70.0, "cutedsl": 66.0}

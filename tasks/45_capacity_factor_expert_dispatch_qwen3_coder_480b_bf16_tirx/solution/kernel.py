@@ -32,6 +32,18 @@ torch only sorts the (token, k) assignments and builds index tables.
 silu uses a precise exp and a Newton-corrected division (NVRTC builds with --use_fast_math).
 TIRx 0.27 has no WGMMA path on sm_90, so the tensor-core kernels use the Ampere-style mma.sync,
 below cuBLAS's WGMMA GEMMs. ``_TENSOR_CORES = False`` routes every shape through the SIMT kernels.
+
+Speed (final grade on an NVIDIA H100 80GB HBM3, results/h200/oracles.json run 23): 51.1 ms against
+the eager reference's 22.2 ms (0.44x). The grader's profiled call puts 99.6 % of the GPU time in DSL
+kernels: the gate/up GEMM with the SwiGLU 30.8 ms, the down GEMM 17.5 ms, the combine 0.35 ms (the
+torch sort and index tables about 0.2 ms). At most T k = 65,536 rows are kept, so the gate/up GEMM
+is at most 4.12 TFLOP and the down GEMM 2.06 TFLOP: these mma.sync loops issue at most 134 and 118
+TFLOP/s. The reference runs its batched cuBLAS GEMMs over the whole capacity-padded buffer (160
+experts x 512 slots = 81,920 rows, 7.73 TFLOP) in 22.2 ms, at least 348 TFLOP/s of WGMMA. The route
+that would beat eager, not taken here: WGMMA (``wgmma.mma_async`` as a PTX intrinsic, operands in
+128-byte-swizzled shared memory loaded by TMA, a warpgroup per 64-row tile, several stages in
+flight) on the same expert-sorted tiles; at the reference's rate the kept rows alone take at most
+17.8 ms.
 """
 
 import torch
