@@ -75,7 +75,8 @@ def test_peaks_from_a_sweep_fill_only_what_the_sweep_measured():
         {"task": "34_x_tirx", "run": 0, "status": "PASSED", "gpu_memory": {"peak_gib": None, "error": "none"}},
         {"task": "45_y_tirx", "run": 0, "status": "PASSED", "gpu_memory": {"peak_gib": 99.0, "tool": "nvidia-smi"}},
         {"task": "45_y_cutedsl", "run": 0, "status": "PASSED", "gpu_memory": {"peak_gib": 66.0, "tool": "nvidia-smi"}},
-        {"task": "47_z_tirx", "run": 0, "status": "INFRA_ERROR", "gpu_memory": {"peak_gib": 73.0, "tool": "nvidia-smi"}},
+        {"task": "47_z_tirx", "run": 0, "status": "INFRA_ERROR",
+         "gpu_memory": {"peak_gib": 73.0, "tool": "nvidia-smi"}},
     ]}
     assert h200_problems.peaks_from_sweep(record, sweep, "oracles.json") == 2
     unfinished, first, second = record["problems"]
