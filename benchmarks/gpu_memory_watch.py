@@ -9,6 +9,7 @@ A host without ``nvidia-smi`` gets ``None`` figures and the reason, never a gues
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -28,6 +29,15 @@ def parse_used_mib(text: str) -> list[int]:
     return values
 
 
+def smi_id(device: str, visible: str | None = None) -> str:
+    """nvidia-smi's ``--id`` for a torch device name: ``cuda:N`` counts the devices CUDA_VISIBLE_DEVICES
+    leaves (an index or a UUID each), while nvidia-smi counts every GPU of the host."""
+    index = int(device.partition(":")[2] or 0)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    listed = [v.strip() for v in (visible or "").split(",") if v.strip()]
+    return listed[index] if index < len(listed) else str(index)
+
+
 class GpuMemoryWatch:
     """Samples one GPU's used memory with ``nvidia-smi --loop-ms`` while the block runs.
 
@@ -35,8 +45,8 @@ class GpuMemoryWatch:
     that measured; or the reason there is no figure.
     """
 
-    def __init__(self, index: int = 0, every_ms: int = 50, tool: str = "nvidia-smi"):
-        self.index, self.every_ms, self.tool = index, every_ms, tool
+    def __init__(self, gpu: str = "0", every_ms: int = 50, tool: str = "nvidia-smi"):
+        self.gpu, self.every_ms, self.tool = gpu, every_ms, tool
         self.samples: list[int] = []
         self.error: str | None = None
         self._proc: subprocess.Popen | None = None
@@ -48,7 +58,7 @@ class GpuMemoryWatch:
             self.error = f"{self.tool} not found"
             return self
         self._log = Path(tempfile.mkstemp(prefix="mkb-gpu-memory-", suffix=".csv")[1])
-        cmd = [exe, f"--id={self.index}", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
+        cmd = [exe, f"--id={self.gpu}", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
                f"--loop-ms={self.every_ms}"]
         with open(self._log, "wb") as log:
             self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.gpu_memory_watch import GpuMemoryWatch
+from benchmarks.gpu_memory_watch import GpuMemoryWatch, smi_id
 from benchmarks.h200_judge import device_name, git_commit, start_judge
 from benchmarks.oracle_coverage import AGREEMENT_MIN_KERNEL_MS, AGREEMENT_TOLERANCE
 from metakernelbench.contract import DSLS
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             token = admin.request("POST", "/v1/tokens", {"scope": "final", "label": f"oracle-{task}"})["token"]
             if args.device.startswith("cuda"):
-                with GpuMemoryWatch(int(args.device.partition(":")[2] or 0)) as watch:
+                with GpuMemoryWatch(smi_id(args.device)) as watch:
                     grade, reward, wall = final_grade(url, token, task, kernel, args.timeout)
                 memory = watch.summary()
             else:

@@ -6,7 +6,7 @@ import os
 import stat
 import time
 
-from benchmarks.gpu_memory_watch import GpuMemoryWatch, parse_used_mib
+from benchmarks.gpu_memory_watch import GpuMemoryWatch, parse_used_mib, smi_id
 
 
 def test_parse_keeps_only_numbers():
@@ -30,3 +30,10 @@ def test_no_tool_gives_no_figure(monkeypatch, tmp_path):
     with GpuMemoryWatch() as watch:
         pass
     assert watch.summary() == {"peak_gib": None, "first_gib": None, "samples": 0, "error": "nvidia-smi not found"}
+
+
+def test_the_device_is_named_as_nvidia_smi_counts_it():
+    """cuda:1 under CUDA_VISIBLE_DEVICES=4,6 is the host's GPU 6 (a UUID passes through as it is)."""
+    assert smi_id("cuda:1", "4,6") == "6"
+    assert smi_id("cuda:0", "GPU-1a2b") == "GPU-1a2b"
+    assert smi_id("cuda:2", "") == "2" and smi_id("cuda", "") == "0"
