@@ -64,7 +64,11 @@ def main(argv: list[str] | None = None) -> int:
             # (a GET of one row from the judge on the same host is cheap)
             answer = client.wait(answer["id"], reconnect_s=args.timeout, max_wait_s=args.timeout, poll_s=0.5)
     except (JudgeError, TimeoutError) as exc:
-        print(f"final grade failed: {exc} (recorded as an infrastructure error)")
+        # the grade.json says why (the limit that was hit, or the judge's refusal), not only that it failed
+        limit = f" (this verifier waits at most {args.timeout:g} s: --timeout)" if isinstance(exc, TimeoutError) else ""
+        _write(out, INFRA, {"status": "INFRA_ERROR", "passed": False, "problem": problem, "dsl": dsl,
+                            "message": f"the final grade did not complete: {exc}{limit}"})
+        print(f"final grade failed: {exc}{limit} (recorded as an infrastructure error)")
         return 0
     grade = answer.get("result") or {}
     reward = answer.get("reward") or INFRA
