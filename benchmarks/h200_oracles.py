@@ -28,6 +28,7 @@ grades another file for a task (used to smoke-test this script on a CPU with a C
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -273,13 +274,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"--stop-after {args.stop_after:g} s: not started: {', '.join(run['not_started'])}", flush=True)
                 break
             token = admin.request("POST", "/v1/tokens", {"scope": "final", "label": f"oracle-{task}"})["token"]
-            if args.device.startswith("cuda"):
-                with GpuMemoryWatch(smi_id(args.device)) as watch:
-                    grade, reward, wall = final_grade(url, token, task, kernel, args.timeout)
-                memory = watch.summary()
-            else:
+            watch = GpuMemoryWatch(smi_id(args.device)) if args.device.startswith("cuda") else None
+            with watch or contextlib.nullcontext():
                 grade, reward, wall = final_grade(url, token, task, kernel, args.timeout)
-                memory = None
+            memory = watch.summary() if watch else None
             measured = grade.get("dsl_share") or {}
             separate = share(task, dsl, kernel, args.device) if args.separate_share else None
             entries[task] = entry(task, family, dsl, kernel, grade, reward, wall, measured, len(record["runs"]) - 1,

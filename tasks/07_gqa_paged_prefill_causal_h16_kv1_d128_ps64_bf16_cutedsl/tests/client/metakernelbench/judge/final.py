@@ -41,8 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     out = Path(args.out)
     problem, _, dsl = args.task.split("/")[-1].rpartition("_")
-    _write(out, INFRA, {"status": "INFRA_ERROR", "passed": False, "problem": problem, "dsl": dsl,
-                        "message": "the final grade did not complete"})
+
+    def infra(message: str) -> None:
+        _write(out, INFRA, {"status": "INFRA_ERROR", "passed": False, "problem": problem, "dsl": dsl,
+                            "message": message})
+
+    infra("the final grade did not complete")
     kernel = Path(args.kernel)
     if not kernel.is_file():
         _write(out, NOTHING, {"status": "COMPILE_ERROR", "passed": False, "problem": problem, "dsl": dsl,
@@ -66,8 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     except (JudgeError, TimeoutError) as exc:
         # the grade.json says why (the limit that was hit, or the judge's refusal), not only that it failed
         limit = f" (this verifier waits at most {args.timeout:g} s: --timeout)" if isinstance(exc, TimeoutError) else ""
-        _write(out, INFRA, {"status": "INFRA_ERROR", "passed": False, "problem": problem, "dsl": dsl,
-                            "message": f"the final grade did not complete: {exc}{limit}"})
+        infra(f"the final grade did not complete: {exc}{limit}")
         print(f"final grade failed: {exc}{limit} (recorded as an infrastructure error)")
         return 0
     grade = answer.get("result") or {}
