@@ -25,8 +25,9 @@ PROVENANCE = dict(
     "(estimate): a draw is 11.8 GB (three 3.76 GB bf16 expert stacks, the shared expert, x); the float64 "
     "anchor copies 47 GB; the anchor's intermediates ~4 GB (per-expert rows are small; the shared "
     "expert's [8192, 7168] activations). Measured on the H200 (results/h200/problems.json): the "
-    "reference, its float64 anchor and the controls peak at 83.9 GB in one process; whether a full "
-    "grading fits the H200 is not yet measured.",
+    "reference, its float64 anchor and the controls peak at 83.9 GB in one process. A full final grade "
+    "fits an 80 GB H100 with the anchor off the GPU: 57.7 GiB (TIRx) and 56.0 GiB (CuTe DSL) of device "
+    "memory at the peak (results/h200/oracles.json runs 24-25).",
 )
 INPUTS = ("hidden_states", "gate_weight", "e_score_correction_bias", "expert_gate_proj", "expert_up_proj",
           "expert_down_proj", "shared_gate_proj", "shared_up_proj", "shared_down_proj", "norm_min")

@@ -29,6 +29,17 @@ Glue (torch): the token-expert pairs are sorted by expert (stable), each expert'
 64-row tiles listed in a fixed-size table (empty entries do nothing, no host sync), and each
 token's rows listed in expert order. The shared expert runs through the same kernels over all
 tokens. No tensor cores: the GEMMs are SIMT fp32 FMAs (slower than the reference's cuBLAS GEMMs).
+
+Speed (final grade on an NVIDIA H100 80GB HBM3, results/h200/oracles.json run 25): 536.9 ms against
+the eager reference's 30.3 ms (0.06x). The grader's profiled call puts 99.95 % of the GPU time in DSL
+kernels: the routed SwiGLU 270.4 ms, the routed down GEMM 157.3 ms, the shared SwiGLU 66.2 ms, the
+shared down GEMM 38.4 ms, router and combine under 1 ms each. The layer's GEMMs are 14.4 TFLOP
+(T k = 65,536 routed rows: 7.70 TFLOP gate/up and 3.85 TFLOP down; the shared expert over 8,192
+tokens: 1.92 and 0.96 TFLOP), so these SIMT loops run at 24.5-29 TFLOP/s, while the reference's
+cuBLAS GEMMs do the same work at about 476 TFLOP/s on tensor cores. The route that would beat eager,
+not taken here: warpgroup MMA GEMMs on the same expert-sorted 64-row tiles (``cute.nvgpu.warpgroup``
+MMA atoms over TMA-loaded, 128-byte-swizzled shared-memory stages, as CUTLASS's Hopper dense GEMM
+example pipelines them); at the reference's rate the layer's GEMMs take about 30 ms.
 """
 
 import cutlass
