@@ -74,6 +74,20 @@ def summarize(study: Path) -> dict:
     return {"comparisons": rows, "lift": lifts}
 
 
+def _recorded(argv: list[str]) -> list[str]:
+    """The command line as the record states it: without ``--keep DIR``, which only says where this
+    host kept the study folders (a path of that machine, nothing the figures depend on)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--keep":
+            skip = True
+        elif not arg.startswith("--keep="):
+            out.append(arg)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=2)
@@ -98,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
     ratios = [row["r"] for run in runs for row in run["comparisons"]]
     record = {
-        "command": "python -m benchmarks.demo_lift " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.demo_lift " + " ".join(_recorded(argv if argv is not None else sys.argv[1:])),
         "commit": git_commit(),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "host": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPUs, {platform.platform()}",
