@@ -3,10 +3,12 @@
     python -m benchmarks.demo_lift [--runs 2] [--out results/cpu/demo-lift.json] [--keep DIR]
 
 The miniature study (``demo.study``, CPU mode) gives the solo and the transfer attempt of each TIRx
-task the same prepared kernel, so every paired ratio r = t_solo / t_transfer would be 1 on a grader
-and a host that held still, and the lift 0. Each run's ratios and lift, its wall time, and for every
-graded kernel the medians of its timed calls in blocks of 50 (how far the host moved inside one
-grading) go into the record; the ratios are the product's own (``compare.build_comparisons``).
+task the same prepared kernel, so every paired ratio would be 1 on a grader and a host that held
+still, and the lift 0. The study's judge times the eager reference call by call beside each kernel
+(``--interleave-eager``), so the ratio is r = s_transfer / s_solo (each row's ``basis``); without it, r =
+t_solo / t_transfer. Each run's ratios and lift, its wall time, and for every graded kernel its
+medians and speedup and the medians of its timed calls in blocks of 50 (how far the host moved
+inside one grading) go into the record; the ratios are the product's own (``compare.build_comparisons``).
 Another run of the same command on the same host is the independent check of the figures.
 """
 
@@ -62,12 +64,28 @@ def summarize(study: Path) -> dict:
             samples = (grade or {}).get("kernel_timing", {}).get("samples_ms") or []
             blocks = block_medians(samples) if samples else []
             spread[arm] = {"timed_calls": len(samples), "block_median_min_ms": min(blocks, default=None),
-                           "block_median_max_ms": max(blocks, default=None)}
-        rows.append({"problem": c.problem, "direction": c.direction, "solo_ms": c.solo_ms,
+                           "block_median_max_ms": max(blocks, default=None),
+                           "eager_ms": (grade or {}).get("eager_ms"), "speedup": (grade or {}).get("speedup"),
+                           "eager_baseline": (grade or {}).get("details", {}).get("eager_baseline")}
+        rows.append({"problem": c.problem, "direction": c.direction, "basis": c.basis, "solo_ms": c.solo_ms,
                      "transfer_ms": c.transfer_ms, "r": c.r, "within_grading": spread})
     for direction in sorted({row["direction"] for row in rows}):
         lifts[direction] = metrics.lift([row["r"] for row in rows if row["direction"] == direction])
     return {"comparisons": rows, "lift": lifts}
+
+
+def _recorded(argv: list[str]) -> list[str]:
+    """The command line as the record states it: without ``--keep DIR``, which only says where this
+    host kept the study folders (a path of that machine, nothing the figures depend on)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--keep":
+            skip = True
+        elif not arg.startswith("--keep="):
+            out.append(arg)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
     ratios = [row["r"] for run in runs for row in run["comparisons"]]
     record = {
-        "command": "python -m benchmarks.demo_lift " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.demo_lift " + " ".join(_recorded(argv if argv is not None else sys.argv[1:])),
         "commit": git_commit(),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "host": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPUs, {platform.platform()}",

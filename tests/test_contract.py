@@ -104,13 +104,16 @@ def test_the_judges_settings_are_gradeconfig_overrides():
     assert set(CONFIG_FLAGS) <= fields
     assert GradeSettings().grade_config() == GradeConfig() and GradeSettings().runner_flags() == []
     settings = GradeSettings(small=True, draws=2, warmup=3, timed=7, rechecks=1, compile_timeout_s=30,
-                             call_timeout_s=7.5)
+                             call_timeout_s=7.5, interleave_eager=True)
     assert set(settings.overrides()) == set(CONFIG_FLAGS)
     base = ["--problem", "28", "--dsl", "tirx", "--kernel", "kernel.py"]
     args = parse_args(base + settings.runner_flags())
     assert args.small and GradeConfig(**_overrides(args)) == settings.grade_config()
     assert settings.grade_config() == dataclasses.replace(GradeConfig(), correctness_draws=2, warmup=3, timed=7,
-                                                          rechecks=1, compile_timeout_s=30.0, call_timeout_s=7.5)
+                                                          rechecks=1, compile_timeout_s=30.0, call_timeout_s=7.5,
+                                                          interleave_eager=True)
+    assert "--interleave-eager" in settings.runner_flags()  # a switch, no value
+    assert not _overrides(parse_args(base)).get("interleave_eager")
 
 
 def test_mkb_grade_offers_the_contracts_time_limits():

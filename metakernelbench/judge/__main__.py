@@ -31,7 +31,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = GradeSettings(small=args.small, draws=args.draws, warmup=args.warmup, timed=args.timed,
                              rechecks=args.rechecks, wall_limit_s=args.wall_limit,
-                             compile_timeout_s=args.compile_timeout, call_timeout_s=args.call_timeout)
+                             compile_timeout_s=args.compile_timeout, call_timeout_s=args.call_timeout,
+                             interleave_eager=args.interleave_eager)
     images = {dsl: getattr(args, f"image_{dsl}") for dsl in DSLS}
     config = JudgeConfig(state=Path(args.state), devices=[d for d in args.devices.split(",") if d],
                          listen=args.listen, unix=Path(args.unix) if args.unix else None, isolation=args.isolation,
@@ -125,6 +126,10 @@ def build_parser(prog: str = "python -m metakernelbench.judge") -> argparse.Argu
                    help="seconds for a kernel file's import and DSL compile (default: mkb grade's)")
     s.add_argument("--call-timeout", type=float, default=None, help="seconds per call (default: mkb grade's)")
     s.add_argument("--small", action="store_true", help="grade at the small workloads (CPU tests only)")
+    s.add_argument("--interleave-eager", action="store_true",
+                   help="time the eager reference call by call beside each kernel, for a host whose speed moves "
+                        "between minutes (a shared CPU machine); the speedup is then the ratio of the two medians "
+                        "of one loop, and no cached eager baseline is used")
     for name in ("draws", "warmup", "timed", "rechecks"):
         s.add_argument(f"--{name}", type=int, default=None, help="override the contract (tests only)")
     s.set_defaults(fn=_serve)

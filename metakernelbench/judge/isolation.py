@@ -93,12 +93,13 @@ class GradeSettings:
     wall_limit_s: float = 1800.0
     compile_timeout_s: float | None = None
     call_timeout_s: float | None = None
+    interleave_eager: bool = False  # GradeConfig.interleave_eager (the demo study on the CPU)
 
     def overrides(self) -> dict[str, Any]:
         """The GradeConfig fields these settings set (field -> value)."""
         fields = (("correctness_draws", self.draws), ("warmup", self.warmup), ("timed", self.timed),
                   ("rechecks", self.rechecks), ("compile_timeout_s", self.compile_timeout_s),
-                  ("call_timeout_s", self.call_timeout_s))
+                  ("call_timeout_s", self.call_timeout_s), ("interleave_eager", self.interleave_eager or None))
         return {name: value for name, value in fields if value is not None}
 
     def grade_config(self) -> GradeConfig:

@@ -84,6 +84,7 @@ CONFIG_FLAGS: dict[str, tuple[str, type, str | None]] = {
     "rechecks": ("--rechecks", int, None),
     "compile_timeout_s": ("--compile-timeout", float, "the compile budget, seconds"),
     "call_timeout_s": ("--call-timeout", float, "the call budget, seconds"),
+    "interleave_eager": ("--interleave-eager", bool, "time the eager reference call by call beside the kernel"),
 }
 
 
@@ -93,7 +94,10 @@ def config_flags(overrides: dict) -> list[str]:
     for field, (flag, kind, _) in CONFIG_FLAGS.items():
         if overrides.get(field) is not None:
             value = overrides[field]
-            flags += [flag, repr(float(value)) if kind is float else str(value)]
+            if kind is bool:  # a switch: present when on
+                flags += [flag] if value else []
+            else:
+                flags += [flag, repr(float(value)) if kind is float else str(value)]
     return flags
 
 
@@ -133,7 +137,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--problems-root", default=None)
     p.add_argument("--small", action="store_true", help="grade at the problem's small workload (CPU tests)")
     for field, (flag, kind, text) in CONFIG_FLAGS.items():
-        p.add_argument(flag, type=kind, default=None, dest=field, metavar=flag[2:].replace("-", "_").upper(), help=text)
+        if kind is bool:
+            p.add_argument(flag, action="store_const", const=True, default=None, dest=field, help=text)
+        else:
+            p.add_argument(flag, type=kind, default=None, dest=field, metavar=flag[2:].replace("-", "_").upper(),
+                           help=text)
     args = p.parse_args(argv)
     if args.warm and not args.device:
         p.error("--warm needs --device")

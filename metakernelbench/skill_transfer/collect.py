@@ -90,6 +90,7 @@ def outcomes_to_attempts(outcomes: list[TrialOutcome]) -> tuple[list[Attempt], i
                 passed=o.passed,
                 runtime_ms=o.runtime_ms,
                 speedup=o.speedup,
+                eager_interleaved=o.eager_interleaved,
                 skill_chars=skill_chars,
                 status=o.status,
                 job=o.job,

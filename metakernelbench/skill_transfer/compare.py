@@ -58,6 +58,21 @@ def chosen_attempts(attempts: Iterable[Attempt]) -> list[Attempt]:
     return sorted(_pick(attempts)[0].values(), key=lambda a: a.key)
 
 
+def _times(solo: Attempt, transfer: Attempt) -> tuple[str, float | None, float | None]:
+    """(basis, solo time, transfer time) for the paired ratio.
+
+    The design's r = t_solo / t_transfer divides the kernels' times. Where both grades timed the eager
+    reference call by call beside the kernel (``Attempt.eager_interleaved``), each time is taken in
+    units of the eager call timed with it, 1 / speedup, so r = s_transfer / s_solo: on a host whose speed
+    moves between gradings (a shared CPU machine) the two times alone can differ 2x for one kernel,
+    while each grading's ratio holds. With one eager baseline for both grades (the contract's GPU
+    timing) the two bases give the same r.
+    """
+    if solo.eager_interleaved and transfer.eager_interleaved:
+        return "speedup", 1 / solo.speedup, 1 / transfer.speedup
+    return "time", solo.runtime_ms, transfer.runtime_ms
+
+
 def build_comparisons(attempts: Sequence[Attempt]) -> tuple[list[Comparison], list[Exclusions]]:
     """Every scorable (model, problem, direction) comparison, and what was left out per model."""
     chosen, infra_only, superseded = _pick(attempts)
@@ -82,11 +97,12 @@ def build_comparisons(attempts: Sequence[Attempt]) -> tuple[list[Comparison], li
                 elif solo is not None or transfer is not None:
                     excluded[model].unpaired += 1
                 continue
+            basis, solo_t, transfer_t = _times(solo, transfer)
             r, outcome = metrics.paired_ratio(
                 solo.passed,
-                solo.runtime_ms,
+                solo_t,
                 transfer.passed,
-                transfer.runtime_ms,
+                transfer_t,
                 skipped=transfer.status == STATUS_SKIPPED,
             )
             source = chosen.get((model, problem, source_dsl, "solo"))
@@ -107,6 +123,7 @@ def build_comparisons(attempts: Sequence[Attempt]) -> tuple[list[Comparison], li
                     transfer_status=transfer.status,
                     solo_ms=solo.runtime_ms,
                     transfer_ms=transfer.runtime_ms,
+                    basis=basis,
                     standing=stand,
                 )
             )

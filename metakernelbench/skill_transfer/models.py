@@ -73,6 +73,9 @@ class Attempt(BaseModel):
     passed: bool
     runtime_ms: float | None = None
     speedup: float | None = None
+    # the grade timed the eager reference call by call beside the kernel (``GradeConfig.interleave_eager``):
+    # its speedup is one loop's ratio, steadier than either time on a host whose speed moves
+    eager_interleaved: bool = False
     skill_chars: int | None = None
     status: str
     # Provenance, not needed by the metrics; kept so a number can be traced to its trial folder.
@@ -100,6 +103,8 @@ class Attempt(BaseModel):
                 raise ValueError("a passing attempt needs a positive runtime_ms")
         elif self.runtime_ms is not None:
             raise ValueError("runtime_ms must be null unless the attempt passed")
+        if self.eager_interleaved and not (self.passed and self.speedup and self.speedup > 0):
+            raise ValueError("eager_interleaved needs a passing attempt with a positive speedup")
         return self
 
     @property
@@ -127,6 +132,10 @@ class Comparison(BaseModel):
     transfer_status: str
     solo_ms: float | None = None
     transfer_ms: float | None = None
+    # what r divides when both passed: "time" (t_solo / t_transfer, design.md §6), or "speedup"
+    # (s_transfer / s_solo, when both grades timed the eager reference beside the kernel: each time in
+    # units of the eager call timed with it, so a host that ran faster for one grading cancels out)
+    basis: Literal["time", "speedup"] = "time"
     standing: Standing | None = None
 
 

@@ -32,7 +32,9 @@ __all__ = [
 
 DEFINITIONS = """\
 Per (model, problem, direction) the transfer attempt is compared with the solo attempt on the same
-target task: r = t_solo / t_transfer clipped to [1/4, 4] when both pass; r = 4 for a rescue (only
+target task: r = t_solo / t_transfer clipped to [1/4, 4] when both pass (r = s_transfer / s_solo, the
+speedups' ratio, where both grades timed the eager reference beside the kernel, as the CPU demo
+does: each time in units of the eager call timed with it); r = 4 for a rescue (only
 the transfer passes); r = 1/4 for a break (only the solo passes); r = 1 for a joint failure or a
 skipped treatment (the source left no skill). Paired lift = geometric mean of r − 1; help rate =
 share with r ≥ 5/4; harm rate = share with r ≤ 4/5. Intervals: 95 % percentile bootstrap over the

@@ -20,6 +20,7 @@ import json
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from harbor.models.trial.error_policy import FailureCause
 from harbor.models.trial.paths import TrialPaths
@@ -59,6 +60,12 @@ class GradeView(BaseModel):
     eager_ms: float | None = None
     speedup: float | None = None
     message: str | None = None
+    details: dict[str, Any] = {}
+
+    @property
+    def eager_interleaved(self) -> bool:
+        """The eager reference was timed call by call beside the kernel (``GradeConfig.interleave_eager``)."""
+        return self.details.get("eager_baseline") == "interleaved"
 
 
 class TrialOutcome(BaseModel):
@@ -79,6 +86,7 @@ class TrialOutcome(BaseModel):
     passed: bool
     runtime_ms: float | None
     speedup: float | None
+    eager_interleaved: bool = False
     finished_at: datetime | None
     skill: str | None
     attachment: Path | None = None
@@ -219,6 +227,7 @@ def read_trial(trial_dir: Path) -> TrialOutcome | None:
         passed=passed,
         runtime_ms=runtime,
         speedup=speedup,
+        eager_interleaved=passed and grade is not None and grade.eager_interleaved,
         finished_at=result.finished_at,
         skill=read_skill(trial_dir),
         attachment=result.config.extra_instruction_paths[0] if arm == "transfer" else None,

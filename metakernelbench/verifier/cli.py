@@ -62,6 +62,10 @@ def grade_command(
     call_timeout: float = typer.Option(
         GradeConfig.call_timeout_s, "--call-timeout", metavar="SECONDS",
         help="the call budget: each call (the first one gets it on top of what the import left of the compile budget)"),
+    interleave_eager: bool = typer.Option(
+        False, "--interleave-eager",
+        help="time the eager reference call by call beside the kernel (for a host whose speed moves between "
+             "minutes, such as a shared CPU machine): the speedup is the ratio of the two medians of one loop"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress lines on stderr"),
 ) -> None:
     """Grade KERNEL (a file defining solve) against PROBLEM and print the report; exit 0 when it passed.
@@ -91,7 +95,8 @@ def grade_command(
     if small:
         loaded.spec = loaded.spec.model_copy(update={"workload": {**loaded.spec.workload,
                                                                   **loaded.spec.small_workload}})
-    config = GradeConfig(compile_timeout_s=compile_timeout, call_timeout_s=call_timeout)
+    config = GradeConfig(compile_timeout_s=compile_timeout, call_timeout_s=call_timeout,
+                         interleave_eager=interleave_eager)
     progress = None if quiet else (lambda line: typer.echo(f"mkb grade {line}", err=True))
     result = grade(loaded, kernel, dsl, device=device, config=config, progress=progress)
     if reward_dir:

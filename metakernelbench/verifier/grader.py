@@ -6,7 +6,8 @@ Order of one grade (design.md §4):
    reference and the float64 anchor computed here, plus an input-mutation check;
 3. the eager reference's baseline (cached per problem, workload, device and software, 100 samples)
    drift-checked by a short loop of the trusted reference worker; the candidate timed (10 warmup +
-   50 timed, fresh draws). Every call is timed by the grader's own clock between a GO and a DONE
+   50 timed, fresh draws). With ``GradeConfig.interleave_eager`` the reference is instead timed call
+   by call beside the candidate, in one loop. Every call is timed by the grader's own clock between a GO and a DONE
    signal in shared memory (``doorbell``), so the time is the call's, not a pipe round trip's;
 4. 3 of the 50 timed calls, drawn secretly here before timing (never sent), rechecked;
 5. the DSL share: one profiled call, every device kernel listed; DSL kernels must take at least half
@@ -149,11 +150,16 @@ def _stages(ev: Evaluation, stages: Stages, found: Findings) -> GradeResult:
     others = ev.gpu_is_ours() if config.exclusive_gpu else []
     if others:
         raise Verdict(Status.INFRA_ERROR, f"other processes hold the GPU ({others}): not timed")
-    ev.say("eager reference: its baseline and a drift check")
-    eager = timing.eager_baseline(ev, ready.device)
-    stages.mark("eager")
-    ev.say(f"timing: {config.warmup} warmup and {config.timed} timed calls")
-    kernel_loop, keep, retimed = timing.time_candidate(ev, seeds, recheck_at)
+    if config.interleave_eager:
+        ev.say(f"timing: {config.warmup} warmup and {config.timed} timed calls, each beside a call of the eager "
+               "reference")
+        kernel_loop, keep, retimed, eager = timing.time_interleaved(ev, seeds, recheck_at)
+    else:
+        ev.say("eager reference: its baseline and a drift check")
+        eager = timing.eager_baseline(ev, ready.device)
+        stages.mark("eager")
+        ev.say(f"timing: {config.warmup} warmup and {config.timed} timed calls")
+        kernel_loop, keep, retimed = timing.time_candidate(ev, seeds, recheck_at)
     if retimed:
         details["retimed"] = retimed
     stages.mark("timing")

@@ -24,7 +24,8 @@ from .result import Status, Timing
 __all__ = [
     "SIGNAL_GAP_MIN_CALLS", "EagerBaseline", "LoopTimes", "Stages", "charged_spans_ms", "check_calls",
     "check_signal_gaps", "eager_baseline",
-    "kernel_timing", "median", "time_candidate", "timing_loop", "window_charges",
+    "interleaved_loops", "kernel_timing", "median", "time_candidate", "time_interleaved", "timing_loop",
+    "window_charges",
 ]
 
 if TYPE_CHECKING:
@@ -82,9 +83,8 @@ class EagerBaseline:
     ref_exposed_us: float = 0.0  # the trusted reference worker's median stretch from the draw's first byte to TOUCHED
 
 
-def timing_loop(ev: Evaluation, handle: WorkerHandle, seeds: list[int], warmup: int,
-                keep: dict[int, tuple] | None, chosen: set[int] = frozenset()) -> LoopTimes:
-    """Time one side: each call's span between GO and DONE on the grader's clock.
+class _Side:
+    """One worker's timed calls in a loop, one call at a time (``timing_loop``, ``interleaved_loops``).
 
     For the candidate (``keep`` given), timed calls are kept for ``checks.recheck``: the ``chosen``
     ones (drawn in secret before timing) with the grader's copy of their in-place outputs at DONE,
@@ -94,35 +94,75 @@ def timing_loop(ev: Evaluation, handle: WorkerHandle, seeds: list[int], warmup: 
     outputs on the GPU); or sent back after every timed call, all of them alike so that the worker
     cannot tell the chosen calls, the grader holding the chosen calls' outputs in host memory.
     """
-    spans, own, returned, exposed = [], [], [], []
-    cpu = ev.device.type == "cpu"
-    keeping = keep is not None
-    sent_back = keeping and not ev.memory.placement.keep_on_device
-    host = sent_back or ev.memory.placement.expected_on_host
-    for i, seed in enumerate(seeds):
-        timed = i >= warmup
-        snapshot = keeping and timed and (cpu or i in chosen)
-        call = ev.call(handle, ev.draw(seed), snapshot=snapshot, keep_outputs=timed and keeping and not sent_back,
+
+    def __init__(self, ev: Evaluation, handle: WorkerHandle, warmup: int, keep: dict[int, tuple] | None,
+                 chosen: set[int] = frozenset()):
+        self.ev, self.handle, self.warmup, self.keep, self.chosen = ev, handle, warmup, keep, chosen
+        self.cpu = ev.device.type == "cpu"
+        self.keeping = keep is not None
+        self.sent_back = self.keeping and not ev.memory.placement.keep_on_device
+        self.host = self.sent_back or ev.memory.placement.expected_on_host
+        self.loop = LoopTimes([], [], [], [])
+
+    def call(self, i: int, seed: int) -> None:
+        """Call ``i`` of the loop (warmup before ``warmup``), on a fresh draw of ``seed``."""
+        ev, keep, loop, sent_back = self.ev, self.keep, self.loop, self.sent_back
+        timed = i >= self.warmup
+        snapshot = self.keeping and timed and (self.cpu or i in self.chosen)
+        call = ev.call(self.handle, ev.draw(seed), snapshot=snapshot,
+                       keep_outputs=timed and self.keeping and not sent_back,
                        send_outputs=timed and sent_back, check_threads=timed, light_checks=True)
-        if timed:
-            spans.append(call.span_ns / 1e6)
-            exposed.append(call.exposed_ns / 1e3)
-            own.append(call.result.elapsed_ns / 1e6)
-            returned.append(call.result.returned_ns / 1e6)
-            if keeping and (i in chosen or (call.done_outputs is not None and not sent_back)):
-                # in-place inputs now hold the call's results (equal to the grader's copy at DONE):
-                # copied now, since the buffers take the next draw. The other inputs are not kept:
-                # the recheck compares with the reference of the seed, and holding whole draws (GBs
-                # of weights at upstream sizes) would crowd the GPU at the recheck. (Sent back, the
-                # outputs were held to the grader's copy at DONE when they arrived: ``Evaluation.call``.)
-                inplace = tuple((v.cpu() if host else v.clone()) if name in ev.spec.inplace and i in chosen else None
-                                for name, v in zip(ev.spec.inputs, call.inputs, strict=True))
-                held = call.outputs if sent_back else None
-                keep[i] = (call.result.seq, inplace, None if sent_back else call.done_outputs, i in chosen, held)
-    # the checks the loop's calls deferred (``CallRequest.light_checks``) run now, before any
-    # figure of this loop is used: a fetch of nothing
-    handle.request(FetchRequest(0, "", []), ev.config.call_timeout_s)
-    return LoopTimes(spans, own, returned, exposed)
+        if not timed:
+            return
+        loop.spans_ms.append(call.span_ns / 1e6)
+        loop.exposed_us.append(call.exposed_ns / 1e3)
+        loop.worker_ms.append(call.result.elapsed_ns / 1e6)
+        loop.returned_ms.append(call.result.returned_ns / 1e6)
+        if self.keeping and (i in self.chosen or (call.done_outputs is not None and not sent_back)):
+            # in-place inputs now hold the call's results (equal to the grader's copy at DONE):
+            # copied now, since the buffers take the next draw. The other inputs are not kept:
+            # the recheck compares with the reference of the seed, and holding whole draws (GBs
+            # of weights at upstream sizes) would crowd the GPU at the recheck. (Sent back, the
+            # outputs were held to the grader's copy at DONE when they arrived: ``Evaluation.call``.)
+            inplace = tuple((v.cpu() if self.host else v.clone()) if name in ev.spec.inplace and i in self.chosen
+                            else None for name, v in zip(ev.spec.inputs, call.inputs, strict=True))
+            held = call.outputs if sent_back else None
+            keep[i] = (call.result.seq, inplace, None if sent_back else call.done_outputs, i in self.chosen, held)
+
+    def finish(self) -> LoopTimes:
+        """The loop's times, after the checks its calls deferred (``CallRequest.light_checks``): they
+        run now, before any figure of the loop is used (a fetch of nothing)."""
+        self.handle.request(FetchRequest(0, "", []), self.ev.config.call_timeout_s)
+        return self.loop
+
+
+def timing_loop(ev: Evaluation, handle: WorkerHandle, seeds: list[int], warmup: int,
+                keep: dict[int, tuple] | None, chosen: set[int] = frozenset()) -> LoopTimes:
+    """Time one side: each call's span between GO and DONE on the grader's clock (what is kept for
+    the rechecks: ``_Side``)."""
+    side = _Side(ev, handle, warmup, keep, chosen)
+    for i, seed in enumerate(seeds):
+        side.call(i, seed)
+    return side.finish()
+
+
+def interleaved_loops(ev: Evaluation, seeds: list[int], reference_seeds: list[int], warmup: int,
+                      keep: dict[int, tuple], chosen: set[int]) -> tuple[LoopTimes, LoopTimes]:
+    """Time the candidate and the eager reference call by call, alternately: (candidate, reference).
+
+    The loop of ``GradeConfig.interleave_eager``. A host whose speed moves between minutes (a shared
+    CPU machine: ``results/cpu/host-drift.json``) moves both sides' calls alike, so their ratio, the
+    speedup, holds where either time alone does not. The order within a pair alternates (ABBA), so
+    that whatever one call leaves behind for the next falls on both sides alike. Each side keeps its
+    own fresh draws, and the candidate's calls are kept for the rechecks as ``timing_loop`` keeps them.
+    """
+    candidate = _Side(ev, ev.candidate, warmup, keep, chosen)
+    reference = _Side(ev, ev.reference, warmup, None)
+    for i, (seed, reference_seed) in enumerate(zip(seeds, reference_seeds, strict=True)):
+        first, second = (candidate, reference) if i % 2 == 0 else (reference, candidate)
+        first.call(i, seed if first is candidate else reference_seed)
+        second.call(i, seed if second is candidate else reference_seed)
+    return candidate.finish(), reference.finish()
 
 
 def window_charges(loop: LoopTimes, allowance_us: float) -> list[float]:
@@ -191,21 +231,49 @@ def eager_baseline(ev: Evaluation, device_name: str) -> EagerBaseline:
 
 
 def time_candidate(ev: Evaluation, seeds: list[int], recheck_at: list[int]) -> tuple[LoopTimes, dict, str | None]:
-    """Time the candidate alone on the GPU: (its loop, the kept calls to recheck, why it was re-timed).
+    """Time the candidate alone on the GPU: (its loop, the kept calls to recheck, why it was re-timed)."""
+    def loop(keep: dict) -> LoopTimes:
+        return timing_loop(ev, ev.candidate, seeds, ev.config.warmup, keep, set(recheck_at))
+
+    (kernel_loop, keep), retimed = _exclusively(ev, loop)
+    return kernel_loop, keep, retimed
+
+
+def time_interleaved(ev: Evaluation, seeds: list[int],
+                     recheck_at: list[int]) -> tuple[LoopTimes, dict, str | None, EagerBaseline]:
+    """Time the candidate and the eager reference alternately (``interleaved_loops``): the candidate's
+    loop, the kept calls to recheck, why it was re-timed, and the eager baseline of this grading,
+    which is the reference's calls of the same loop (never a cached baseline: the point is that both
+    sides are timed on the same host at the same moments)."""
+    reference_seeds = [ev.seed() for _ in seeds]
+
+    def loop(keep: dict) -> tuple[LoopTimes, LoopTimes]:
+        return interleaved_loops(ev, seeds, reference_seeds, ev.config.warmup, keep, set(recheck_at))
+
+    ((kernel_loop, reference_loop), keep), retimed = _exclusively(ev, loop)
+    eager = Timing.from_samples(reference_loop.spans_ms)
+    baseline = EagerBaseline(eager, eager, 0.0, False, "interleaved", reference_loop.signal_overhead_us()[1],
+                             median(reference_loop.exposed_us))
+    return kernel_loop, keep, retimed, baseline
+
+
+def _exclusively(ev: Evaluation, loop):
+    """Run a timing ``loop`` (given the dict it keeps the rechecks' calls in) with the GPU to itself:
+    ((its result, the kept calls), why it was re-timed).
 
     Another process on the GPU before timing means waiting and then INFRA_ERROR; one that appears
     during timing means waiting for it and timing again, never a silently slow grade.
     """
     keep: dict[int, tuple] = {}
-    loop = timing_loop(ev, ev.candidate, seeds, ev.config.warmup, keep, set(recheck_at))
+    result = loop(keep)
     others = ev.gpu.foreign(ev.worker_pids()) if ev.config.exclusive_gpu else []
     if not others:
-        return loop, keep, None
+        return (result, keep), None
     if ev.gpu_is_ours():
         raise Verdict(Status.INFRA_ERROR, f"other processes held the GPU during timing ({others})")
     keep = {}
-    loop = timing_loop(ev, ev.candidate, seeds, ev.config.warmup, keep, set(recheck_at))
-    return loop, keep, f"another process ({others}) held the GPU during the first timing"
+    result = loop(keep)
+    return (result, keep), f"another process ({others}) held the GPU during the first timing"
 
 
 def check_signal_gaps(loop: LoopTimes, kernel: Timing, has_core_plan: bool, ref_gap_us: float) -> None:

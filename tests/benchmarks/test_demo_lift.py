@@ -46,4 +46,13 @@ def test_ratios_and_lift_are_the_products_own_and_the_spread_is_per_grading(tmp_
     assert math.isclose(rows["25"]["r"], 0.05 / 0.04) and math.isclose(rows["28"]["r"], 0.03 / 0.06)
     assert math.isclose(summary["lift"]["cutedsl2tirx"], math.sqrt(1.25 * 0.5) - 1)
     solo = rows["25"]["within_grading"]["solo"]
-    assert solo == {"timed_calls": 120, "block_median_min_ms": 0.05, "block_median_max_ms": 0.1}
+    assert solo == {"timed_calls": 120, "block_median_min_ms": 0.05, "block_median_max_ms": 0.1,
+                    "eager_ms": None, "speedup": None, "eager_baseline": None}
+    assert rows["25"]["basis"] == "time"  # these grades used a cached eager baseline
+
+
+def test_the_recorded_command_leaves_out_where_the_study_folders_were_kept():
+    from benchmarks.demo_lift import _recorded
+
+    assert _recorded(["--runs", "2", "--keep", "/tmp/x", "--out", "r.json"]) == ["--runs", "2", "--out", "r.json"]
+    assert _recorded(["--keep=/tmp/x", "--runs", "1"]) == ["--runs", "1"]

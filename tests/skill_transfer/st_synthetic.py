@@ -65,6 +65,7 @@ class FakeAttempt:
     rewards: bool = True  # False: the verifier left nothing at all
     finished: bool = True
     trajectory: list[dict] | None = None  # ATIF steps for agent/trajectory.json (else an empty object)
+    details: dict[str, str] | None = None  # the grade's details (e.g. eager_baseline)
 
     @property
     def passed(self) -> bool:
@@ -87,7 +88,7 @@ def _grade(a: FakeAttempt) -> GradeResult:
         speedup = a.eager_ms / a.kernel_ms
         return GradeResult(status=Status.PASSED, passed=True, problem=a.problem, dsl=a.dsl,
                            message="synthetic", kernel_ms=a.kernel_ms, eager_ms=a.eager_ms,
-                           speedup=speedup, score_speedup=min(speedup, SPEEDUP_CAP))
+                           speedup=speedup, score_speedup=min(speedup, SPEEDUP_CAP), details=a.details or {})
     return GradeResult(status=Status(a.status), passed=False, problem=a.problem, dsl=a.dsl,
                        message="synthetic", eager_ms=a.eager_ms)
 

@@ -46,7 +46,8 @@ def jobs(tmp_path_factory) -> Path:
     attachment = root.parent / "runs" / "skills" / "cutedsl2tirx" / f"{RMS}_tirx.md"
     attachment.parent.mkdir(parents=True)
     attachment.write_text(render_attachment(SKILL))
-    write_job(root / "c2t_rms", MODEL, [FakeAttempt(RMS, "tirx", "PASSED", kernel_ms=0.5, eager_ms=8.0)],
+    write_job(root / "c2t_rms", MODEL, [FakeAttempt(RMS, "tirx", "PASSED", kernel_ms=0.5, eager_ms=8.0,
+                                                    details={"eager_baseline": "interleaved"})],
               extra_instruction_paths={f"{RMS}_tirx": attachment})
     return root
 
@@ -88,6 +89,8 @@ def test_transfer_row(rows):
     r = rows[0][(RMS, "tirx", "transfer")]
     assert (r.arm, r.source_dsl, r.passed, r.runtime_ms, r.speedup) == ("transfer", "cutedsl", True, 0.5, 16.0)
     assert r.skill_chars == len(SKILL)  # the skill it was given
+    assert r.eager_interleaved  # its grade timed the eager reference beside the kernel
+    assert not rows[0][(RMS, "cutedsl", "solo")].eager_interleaved  # a cached baseline (no such detail)
     failed = rows[0][(RMS, "tirx", "solo")]
     assert (failed.passed, failed.runtime_ms, failed.speedup, failed.status) == (False, None, None, "TIMEOUT")
 

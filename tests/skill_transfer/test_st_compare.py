@@ -175,3 +175,32 @@ def test_bad_attempt_line_names_its_line(tmp_path):
     out = CliRunner().invoke(app, ["compare", str(path)])
     assert out.exit_code != 0
     assert ":2:" in str(out.exception)
+
+
+def _passed(arm, ms, speedup, interleaved):
+    from metakernelbench.skill_transfer.models import Attempt
+    return Attempt(model="m", problem="28_p", family="mlp_norm", dsl="tirx", arm=arm,
+                   source_dsl="cutedsl" if arm == "transfer" else None, passed=True, runtime_ms=ms, speedup=speedup,
+                   eager_interleaved=interleaved, status="PASSED")
+
+
+@pytest.mark.parametrize("interleaved, basis, r", [
+    ((True, True), "speedup", 1.0),  # each grading's eager call timed beside it: the host's 2x cancels
+    ((False, False), "time", 0.5),  # the design's t_solo / t_transfer
+    ((True, False), "time", 0.5),  # one grade of each kind: times, as the design says
+])
+def test_a_pair_timed_beside_the_eager_call_compares_speedups(interleaved, basis, r):
+    """One kernel graded twice on a host that ran 2x slower for the second grading: 0.03 ms and 0.06 ms,
+    with eager calls of 0.04 and 0.08 ms timed beside them (speedup 1.33 both times)."""
+    from metakernelbench.skill_transfer.compare import build_comparisons
+
+    attempts = [_passed("solo", 0.03, 0.04 / 0.03, interleaved[0]),
+                _passed("transfer", 0.06, 0.08 / 0.06, interleaved[1])]
+    (comparison,), _ = build_comparisons(attempts)
+    assert comparison.basis == basis and math.isclose(comparison.r, r)
+    assert (comparison.solo_ms, comparison.transfer_ms) == (0.03, 0.06)  # the record keeps the measured times
+
+
+def test_an_attempt_timed_beside_the_eager_call_needs_its_speedup():
+    with pytest.raises(ValueError, match="eager_interleaved"):
+        _passed("solo", 0.03, None, True)

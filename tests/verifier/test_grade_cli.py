@@ -83,3 +83,20 @@ def test_budgets_are_options_and_progress_goes_to_stderr_only(tmp_path):
     progress = [line for line in done.stderr.splitlines() if line.startswith("mkb grade [")]
     assert any("compile budget 4 s" in line for line in progress), done.stderr
     assert any("correctness" in line for line in progress), done.stderr
+
+
+def test_interleave_eager_times_the_reference_beside_the_kernel():
+    """``--interleave-eager``: the eager time is the reference's calls of the kernel's own loop (one
+    per timed call, no cached baseline), and the speedup divides the two medians of that loop."""
+    import json
+
+    kernel = REPO / "tests" / "fixtures" / "kernels" / "blockcopy_tirx_llvm.py"
+    done = _mkb("25", str(kernel), "--dsl", "tirx", "--device", "cpu", "--small", "--json", "--quiet",
+                "--interleave-eager")
+    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+    result = json.loads(done.stdout)
+    assert result["details"]["eager_baseline"] == "interleaved"
+    eager, kernel_timing = result["eager_timing_before"], result["kernel_timing"]
+    assert len(eager["samples_ms"]) == len(kernel_timing["samples_ms"]) == 50
+    assert result["eager_ms"] == eager["median_ms"] and result["eager_drift"] == 0.0
+    assert abs(result["speedup"] - result["eager_ms"] / result["kernel_ms"]) < 1e-9

@@ -128,3 +128,64 @@ def test_the_grade_times_a_candidate_by_its_charged_spans():
     kernel, charges = timing.kernel_timing(cheat, eager)
     assert charges == [2000.0] * 3
     assert kernel.median_ms == pytest.approx(2.010)
+
+
+class _Handle:
+    def __init__(self, name: str):
+        self.name = name
+
+    def request(self, request, timeout_s):  # the fetch of nothing that ends a loop
+        return None
+
+
+class _InterleavedEvaluation(_FakeEvaluation):
+    """What ``time_interleaved`` uses: two workers whose calls take fixed spans, in call order."""
+
+    def __init__(self, foreign: list[list[int]], clears: bool = True):
+        super().__init__(foreign, clears)
+        from types import SimpleNamespace
+        self.config = GradeConfig(warmup=1, timed=4, rechecks=1, interleave_eager=True)
+        self.candidate, self.reference = _Handle("candidate"), _Handle("reference")
+        self.device = SimpleNamespace(type="cuda")
+        self.memory = SimpleNamespace(placement=SimpleNamespace(keep_on_device=True, expected_on_host=False))
+        self.spec = SimpleNamespace(inplace=(), inputs=())
+        self.calls: list[tuple[str, int]] = []
+        self._seeds = iter(range(1000, 2000))
+
+    def seed(self):
+        return next(self._seeds)
+
+    def draw(self, seed):
+        return seed
+
+    def call(self, handle, draw, **_):
+        from types import SimpleNamespace
+        self.calls.append((handle.name, draw))
+        span_ms = 2.0 if handle is self.reference else 0.5
+        return SimpleNamespace(span_ns=span_ms * 1e6, exposed_ns=7e3, done_outputs=None, inputs=(), outputs=None,
+                               result=SimpleNamespace(elapsed_ns=span_ms * 1e6 - 3e3, returned_ns=0, seq=0))
+
+
+def test_interleaved_timing_alternates_the_two_workers_call_by_call(monkeypatch):
+    """``GradeConfig.interleave_eager``: the eager reference's calls sit between the candidate's (ABBA),
+    each side on its own fresh draws, and the grading's eager time is those calls', never a cached
+    baseline measured at another moment."""
+    monkeypatch.setattr(timing.baseline_mod, "load", lambda *a: pytest.fail("no cached baseline is read"))
+    ev = _InterleavedEvaluation(foreign=[[]])
+    seeds = [1, 2, 3, 4, 5]
+    loop, keep, retimed, eager = timing.time_interleaved(ev, seeds, recheck_at=[3])
+    order = [name[0] for name, _ in ev.calls]
+    assert "".join(order) == "crrccrrccr"  # candidate, reference; reference, candidate; ...
+    assert [s for name, s in ev.calls if name == "candidate"] == seeds
+    reference_seeds = [s for name, s in ev.calls if name == "reference"]
+    assert len(set(reference_seeds)) == 5 and not set(reference_seeds) & set(seeds)
+    assert retimed is None and list(keep) == [3]
+    assert loop.spans_ms == [0.5] * 4  # the warmup call is not timed
+    assert eager.source == "interleaved" and eager.base.median_ms == 2.0 and eager.base.samples_ms == [2.0] * 4
+    assert eager.check is eager.base and eager.drift == 0.0 and eager.ref_exposed_us == 7.0
+
+
+def test_interleaved_timing_is_timed_again_when_the_gpu_was_shared():
+    ev = _InterleavedEvaluation(foreign=[[4242]])
+    _, _, retimed, _ = timing.time_interleaved(ev, [1, 2, 3], recheck_at=[2])
+    assert "4242" in retimed and len(ev.calls) == 12
