@@ -139,7 +139,8 @@ class GradeConfig:
     # where one kernel's gradings a few minutes apart read up to 2x apart while its time over the
     # eager call's holds within a few per cent). The speedup is then the ratio of the two medians of
     # one loop; the demo study on the CPU uses it. Off by default: the contract's GPU timing keeps
-    # its measured baseline (docs/grading.md, "Interleaved eager timing").
+    # its measured baseline, and this mode trusts the kernel not to slow the reference's calls beside
+    # it (docs/grading.md, "Interleaved eager timing").
     interleave_eager: bool = False
     # The device memory the grade plans its placement for (``verifier.memory``): None takes the CUDA
     # device's whole memory (a CPU grade plans nothing); a smaller figure grades as if on a smaller card.

@@ -129,7 +129,8 @@ def build_parser(prog: str = "python -m metakernelbench.judge") -> argparse.Argu
     s.add_argument("--interleave-eager", action="store_true",
                    help="time the eager reference call by call beside each kernel, for a host whose speed moves "
                         "between minutes (a shared CPU machine); the speedup is then the ratio of the two medians "
-                        "of one loop, and no cached eager baseline is used")
+                        "of one loop, and no cached eager baseline is used; it trusts the kernels not to slow "
+                        "the reference's calls beside them (docs/grading.md)")
     for name in ("draws", "warmup", "timed", "rechecks"):
         s.add_argument(f"--{name}", type=int, default=None, help="override the contract (tests only)")
     s.set_defaults(fn=_serve)

@@ -65,7 +65,8 @@ def grade_command(
     interleave_eager: bool = typer.Option(
         False, "--interleave-eager",
         help="time the eager reference call by call beside the kernel (for a host whose speed moves between "
-             "minutes, such as a shared CPU machine): the speedup is the ratio of the two medians of one loop"),
+             "minutes, such as a shared CPU machine): the speedup is the ratio of the two medians of one loop; it "
+             "trusts the kernel not to slow the reference's calls beside it (docs/grading.md)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress lines on stderr"),
 ) -> None:
     """Grade KERNEL (a file defining solve) against PROBLEM and print the report; exit 0 when it passed.
