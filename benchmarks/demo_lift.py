@@ -60,13 +60,13 @@ def summarize(study: Path) -> dict:
         spread = {}
         for arm in ("solo", "transfer"):
             attempt = by_key[(c.model, c.problem, target, arm)]
-            grade = grade_of(study, attempt.job, attempt.trial)
-            samples = (grade or {}).get("kernel_timing", {}).get("samples_ms") or []
+            grade = grade_of(study, attempt.job, attempt.trial) or {}
+            samples = grade.get("kernel_timing", {}).get("samples_ms") or []
             blocks = block_medians(samples) if samples else []
             spread[arm] = {"timed_calls": len(samples), "block_median_min_ms": min(blocks, default=None),
                            "block_median_max_ms": max(blocks, default=None),
-                           "eager_ms": (grade or {}).get("eager_ms"), "speedup": (grade or {}).get("speedup"),
-                           "eager_baseline": (grade or {}).get("details", {}).get("eager_baseline")}
+                           "eager_ms": grade.get("eager_ms"), "speedup": grade.get("speedup"),
+                           "eager_baseline": grade.get("details", {}).get("eager_baseline")}
         rows.append({"problem": c.problem, "direction": c.direction, "basis": c.basis, "solo_ms": c.solo_ms,
                      "transfer_ms": c.transfer_ms, "r": c.r, "within_grading": spread})
     for direction in sorted({row["direction"] for row in rows}):

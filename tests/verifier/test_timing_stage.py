@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from metakernelbench.verifier import timing
@@ -143,7 +145,6 @@ class _InterleavedEvaluation(_FakeEvaluation):
 
     def __init__(self, foreign: list[list[int]], clears: bool = True):
         super().__init__(foreign, clears)
-        from types import SimpleNamespace
         self.config = GradeConfig(warmup=1, timed=4, rechecks=1, interleave_eager=True)
         self.candidate, self.reference = _Handle("candidate"), _Handle("reference")
         self.device = SimpleNamespace(type="cuda")
@@ -159,7 +160,6 @@ class _InterleavedEvaluation(_FakeEvaluation):
         return seed
 
     def call(self, handle, draw, **_):
-        from types import SimpleNamespace
         self.calls.append((handle.name, draw))
         span_ms = 2.0 if handle is self.reference else 0.5
         return SimpleNamespace(span_ns=span_ms * 1e6, exposed_ns=7e3, done_outputs=None, inputs=(), outputs=None,
